@@ -1,0 +1,93 @@
+"""Declarative config spaces: named knobs with candidate values, plus constraints."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Callable
+
+from ..errors import InputError
+
+
+class Config(Mapping):
+    """A frozen, hashable mapping from knob names to chosen values."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, values=()):
+        items = dict(values)
+        for k, v in items.items():
+            if not isinstance(v, (int, str, bool)):
+                raise InputError(f"config {k}={v!r} must be an int, str or bool")
+        self._items = tuple(sorted(items.items()))
+
+    def __getitem__(self, key):
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self):
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and dict(self) == dict(other)
+
+    def __repr__(self) -> str:
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in self._items) + ")"
+
+    def short(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self._items) or "-"
+
+
+class ConfigSpace:
+    """Named knobs with candidate values, a default config and an optional constraint.
+
+    Args:
+        knobs: knob name -> candidate values.
+        default: knob name -> the default value (must be a candidate).
+        constraint: config -> bool; configs for which it is False are not in the space.
+    """
+
+    def __init__(self, knobs: dict | None = None, default: dict | None = None,
+                 constraint: Callable[[Config], bool] | None = None):
+        self.knobs = {k: tuple(v) for k, v in (knobs or {}).items()}
+        self.constraint = constraint
+        default = dict(default or {})
+        if set(default) != set(self.knobs):
+            raise InputError(
+                f"config space default names {sorted(default)} must equal knobs {sorted(self.knobs)}"
+            )
+        self.default = Config(default)
+        self.validate(self.default)
+
+    def validate(self, config) -> Config:
+        """A Config if ``config`` is in the space, else InputError naming the bad knob."""
+        config = Config(config)
+        if set(config) != set(self.knobs):
+            raise InputError(f"config {config.short()} must set exactly {sorted(self.knobs)}")
+        for k, v in config.items():
+            if v not in self.knobs[k]:
+                raise InputError(f"config {k}={v!r} is not allowed; candidates: {self.knobs[k]}")
+        if self.constraint is not None and not self.constraint(config):
+            raise InputError(f"config {config.short()} violates the space's constraint")
+        return config
+
+    def __iter__(self):
+        names = list(self.knobs)
+        for values in itertools.product(*(self.knobs[n] for n in names)):
+            cfg = Config(zip(names, values))
+            if self.constraint is None or self.constraint(cfg):
+                yield cfg
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"ConfigSpace({self.knobs}, default={self.default.short()})"

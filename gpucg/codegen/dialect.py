@@ -1,0 +1,98 @@
+"""Dialects are data: one frozen object per backend with the spellings that differ.
+
+Templates write ``{{ d.barrier }}`` or ``{{ d.local_id(0) }}`` and never test the backend's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import DTypeError
+
+_AXES = "xyz"
+
+
+@dataclass(frozen=True, eq=False)
+class Dialect:
+    """How one kernel language spells kernels, memory spaces, ids, barriers and types."""
+
+    name: str
+    kernel: str
+    global_ptr: str
+    local: str
+    restrict: str
+    barrier: str
+    types: dict = field(default_factory=dict)
+    #: dtype -> preamble line needed when that dtype appears in a kernel
+    type_preambles: dict = field(default_factory=dict)
+    source_ext: str = ".txt"
+
+    def local_id(self, dim: int = 0) -> str:
+        return f"threadIdx.{_AXES[dim]}" if self.name == "cuda" else f"get_local_id({dim})"
+
+    def group_id(self, dim: int = 0) -> str:
+        return f"blockIdx.{_AXES[dim]}" if self.name == "cuda" else f"get_group_id({dim})"
+
+    def local_size(self, dim: int = 0) -> str:
+        return f"blockDim.{_AXES[dim]}" if self.name == "cuda" else f"get_local_size({dim})"
+
+    def num_groups(self, dim: int = 0) -> str:
+        return f"gridDim.{_AXES[dim]}" if self.name == "cuda" else f"get_num_groups({dim})"
+
+    def type(self, dtype: str) -> str:
+        """The C type name of a whitelisted dtype."""
+        try:
+            return self.types[dtype]
+        except KeyError:
+            raise DTypeError(
+                f"dtype {dtype!r} has no {self.name} spelling; allowed: {', '.join(self.types)}"
+            ) from None
+
+    def index_type(self, wide: bool) -> str:
+        return self.types["int64"] if wide else "int"
+
+    def preamble(self, dtypes) -> str:
+        lines = []
+        for dt in sorted(set(dtypes)):
+            line = self.type_preambles.get(dt)
+            if line and line not in lines:
+                lines.append(line)
+        return "\n".join(lines)
+
+
+CUDA = Dialect(
+    name="cuda",
+    kernel='extern "C" __global__ void',
+    global_ptr="",
+    local="__shared__",
+    restrict="__restrict__",
+    barrier="__syncthreads();",
+    types={"bool": "unsigned char", "int32": "int", "int64": "long long",
+           "float16": "__half", "float32": "float", "float64": "double"},
+    type_preambles={"float16": "#include <cuda_fp16.h>"},
+    source_ext=".cu",
+)
+
+OPENCL = Dialect(
+    name="opencl",
+    kernel="__kernel void",
+    global_ptr="__global",
+    local="__local",
+    restrict="restrict",
+    barrier="barrier(CLK_LOCAL_MEM_FENCE);",
+    types={"bool": "uchar", "int32": "int", "int64": "long",
+           "float16": "half", "float32": "float", "float64": "double"},
+    type_preambles={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
+                    "float16": "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"},
+    source_ext=".cl",
+)
+
+_DIALECTS = {"cuda": CUDA, "opencl": OPENCL}
+
+
+def dialect_for(backend: str) -> Dialect:
+    """The dialect a backend compiles."""
+    try:
+        return _DIALECTS[backend]
+    except KeyError:
+        raise DTypeError(f"backend {backend!r} compiles no kernel source") from None

@@ -1,0 +1,93 @@
+"""Generates the run-time dispatcher: readable Python source that is what runs."""
+
+from __future__ import annotations
+
+import keyword
+
+import sympy
+
+from .errors import InputError
+from .shape import INT_MAX, pyexpr
+from .strategy import Selection
+
+
+def _param_names(input_names, symbols) -> list[str]:
+    taken = {s.name for s in symbols}
+    out = []
+    for name in input_names:
+        while name in taken or keyword.iskeyword(name):
+            name += "_"
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def generate(sel: Selection, input_names) -> str:
+    """Python source of ``dispatch(*inputs)`` for a selection."""
+    symbols = set()
+    for t in sel.input_types:
+        symbols |= t.symbols
+    params = _param_names(input_names, symbols)
+    ins = ", ".join(map(str, sel.input_types))
+    outs = ", ".join(map(str, sel.output_types))
+    lines = [
+        f"# gpucg dispatcher: {sel.op} on {sel.target}",
+        f"# attrs: {', '.join(f'{k}={v!r}' for k, v in sel.attrs.items()) or 'none'}",
+        f"def dispatch({', '.join(params)}):",
+        f'    """{ins} -> {outs}"""',
+        f"    ({', '.join(params)},), _host = _inputs({', '.join(params)})",
+    ]
+    bound: dict = {}
+    for name, t in zip(params, sel.input_types):
+        for axis, dim in enumerate(t.shape):
+            actual = f"{name}.shape[{axis}]"
+            if isinstance(dim, int):
+                lines.append(f"    if {actual} != {dim}:")
+                lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, '{dim}')")
+            elif dim.is_Symbol and dim not in bound:
+                bound[dim] = actual
+                lines.append(f"    {dim.name} = {actual}")
+            elif dim.is_Symbol:
+                lines.append(f"    if {actual} != {dim.name}:")
+                lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, '{dim.name} = %d' % {dim.name})")
+    for name, t in zip(params, sel.input_types):
+        for axis, dim in enumerate(t.shape):
+            if not isinstance(dim, int) and not dim.is_Symbol:
+                missing = [s for s in dim.free_symbols if s not in bound]
+                if missing:
+                    raise InputError(
+                        f"symbol {missing[0]} appears only inside {dim}: each symbol must also be a "
+                        "whole dimension of some input so the dispatcher can read its value")
+                lines.append(f"    if {name}.shape[{axis}] != {pyexpr(dim)}:")
+                lines.append(f"        _bad_dim({name!r}, {axis}, {name}.shape[{axis}], "
+                             f"'{dim} = %d' % {pyexpr(dim)})")
+    out_shapes = []
+    for t in sel.output_types:
+        dims = [pyexpr(d) if not isinstance(d, int) else str(d) for d in t.shape]
+        out_shapes.append("(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")")
+    lines.append(f"    _outs = ({', '.join(out_shapes)},)")
+    sizes = []
+    for t in list(sel.input_types) + list(sel.output_types):
+        n = sympy.sympify(t.numel)
+        if not n.is_Integer:
+            src = pyexpr(n)
+            if src not in sizes:
+                sizes.append(src)
+    static_max = max([int(sympy.sympify(t.numel)) for t in list(sel.input_types)
+                      + list(sel.output_types) if sympy.sympify(t.numel).is_Integer] or [0])
+    if sizes:
+        lines.append(f"    _wide = max({static_max}, {', '.join(sizes)}) > {INT_MAX}")
+    else:
+        lines.append(f"    _wide = {static_max > INT_MAX}")
+    args = f"({', '.join(params)},)"
+    for i, choice in enumerate(sel.choices):
+        impl = choice.impl
+        if choice.condition is not None:
+            lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()})")
+            lines.append(f"    if {choice.condition.to_python()}:")
+            lines.append(f"        return _run({i}, {args}, _outs, _wide, _host)")
+        else:
+            tag = "the fallback" if i else "always"
+            lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()}), {tag}")
+            lines.append(f"    return _run({i}, {args}, _outs, _wide, _host)")
+    return "\n".join(lines) + "\n"

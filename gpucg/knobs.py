@@ -1,0 +1,122 @@
+"""Every environment variable gpucg reads, in one place.
+
+Knobs are read when used, never at import, so tests and users can change them at any time.
+``scope()`` sets knobs for a block and restores them afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected one of 1/0/true/false/yes/no/on/off, got {text!r}")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable: its name, type, default and meaning."""
+
+    env: str
+    parse: Callable[[str], object]
+    default: Callable[[], object]
+    doc: str
+
+    def get(self):
+        raw = os.environ.get(self.env)
+        if raw is None or raw == "":
+            return self.default()
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            from .errors import InputError
+
+            raise InputError(f"environment variable {self.env}={raw!r} is invalid: {exc}") from None
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpucg"
+
+
+KNOBS: dict[str, Knob] = {
+    k.env: k
+    for k in [
+        Knob("GPUCG_TARGET", str, lambda: None,
+             "Default target when target=None, e.g. `opencl` or `numpy`; "
+             "otherwise the first usable of cuda, opencl on a GPU, numpy."),
+        Knob("GPUCG_CACHE_DIR", Path, _default_cache_dir,
+             "Directory of the on-disk kernel cache (default `~/.cache/gpucg`)."),
+        Knob("GPUCG_DISK_CACHE", _parse_bool, lambda: True,
+             "Set to 0 to keep compiled kernels in memory only."),
+        Knob("GPUCG_OPENCL_DEVICE", str, lambda: None,
+             "Substring of the OpenCL platform or device name to use (default: first GPU, "
+             "else first device that compiles a test kernel)."),
+        Knob("GPUCG_REQUIRE", str, lambda: "",
+             "Comma-separated backends (`opencl`, `cuda`, `nvrtc`) whose absence makes the "
+             "test suite fail instead of skip; `make test` sets `opencl,nvrtc`."),
+    ]
+}
+
+
+def get(env: str):
+    """The current value of a knob, parsed."""
+    return KNOBS[env].get()
+
+
+def target() -> str | None:
+    return get("GPUCG_TARGET")
+
+
+def cache_dir() -> Path:
+    return get("GPUCG_CACHE_DIR")
+
+
+def disk_cache() -> bool:
+    return get("GPUCG_DISK_CACHE")
+
+
+def opencl_device() -> str | None:
+    return get("GPUCG_OPENCL_DEVICE")
+
+
+def required_backends() -> set[str]:
+    return {p.strip() for p in get("GPUCG_REQUIRE").split(",") if p.strip()}
+
+
+@contextlib.contextmanager
+def scope(**values) -> Iterator[None]:
+    """Set knobs (by env name, value None unsets) for the duration of a block."""
+    old = {}
+    for name, value in values.items():
+        if name not in KNOBS:
+            raise KeyError(f"unknown knob {name!r}; known: {', '.join(KNOBS)}")
+        old[name] = os.environ.get(name)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def table() -> str:
+    """The knobs as a Markdown table (the README's table is checked against it)."""
+    rows = ["| variable | meaning |", "| --- | --- |"]
+    rows += [f"| `{k.env}` | {k.doc} |" for k in KNOBS.values()]
+    return "\n".join(rows)

@@ -1,0 +1,45 @@
+"""Runtime backends, found through a table of lazy imports."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+
+from ..errors import BackendUnavailableError
+from . import stats
+
+_TABLE = {
+    "numpy": ("gpucg.runtime.numpy_backend", "NumpyBackend", "numpy"),
+    "opencl": ("gpucg.runtime.opencl_backend", "OpenCLBackend", "opencl"),
+    "cuda": ("gpucg.runtime.cuda_backend", "CudaBackend", "cuda"),
+}
+_instances: dict = {}
+_lock = threading.Lock()
+
+
+def get_backend(name: str):
+    """The (single) backend object for a name; packages are imported on first use."""
+    with _lock:
+        if name not in _instances:
+            if name not in _TABLE:
+                raise BackendUnavailableError(
+                    f"backend {name!r} is unknown; known: {', '.join(_TABLE)}")
+            module, cls, extra = _TABLE[name]
+            try:
+                _instances[name] = getattr(importlib.import_module(module), cls)()
+            except ImportError as exc:
+                raise BackendUnavailableError(
+                    f"backend {name!r} needs a package that is missing ({exc}); "
+                    f"pip install 'gpucg[{extra}]'") from None
+        return _instances[name]
+
+
+def backend_status(name: str) -> tuple[bool, str, str]:
+    """(usable, device, reason) for a backend, never raising."""
+    try:
+        return get_backend(name).status()
+    except BackendUnavailableError as exc:
+        return False, "", str(exc)
+
+
+__all__ = ["backend_status", "get_backend", "stats"]

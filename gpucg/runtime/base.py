@@ -1,0 +1,89 @@
+"""The backend contract, the same for every backend.
+
+``compile(source, entry, options) -> Program``; ``Program(*args, grid=, block=)`` launches;
+arrays are made and moved with ``empty``/``to_device``/``to_host``; ``owns(x)`` says whether an
+array already lives on this backend.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from ..errors import ResourceError
+from . import stats
+
+
+class Program(ABC):
+    """A compiled kernel entry point."""
+
+    entry: str
+
+    @abstractmethod
+    def launch(self, args, grid: int, block: int) -> None: ...
+
+    def __call__(self, *args, grid: int, block: int) -> None:
+        if grid <= 0:
+            return  # nothing to do for empty problems
+        self.launch(args, grid, block)
+        stats.bump("launches")
+
+
+class Backend(ABC):
+    """One way to run kernels (or, for numpy, host code)."""
+
+    name: str = ""
+    dialect = None
+    device_type = "cpu"
+
+    @abstractmethod
+    def status(self) -> tuple[bool, str, str]:
+        """(usable, device description, reason if not usable)."""
+
+    def compile(self, source: str, entry: str, options=()) -> Program:
+        raise NotImplementedError(f"backend {self.name} compiles no kernels")
+
+    @abstractmethod
+    def empty(self, shape, dtype): ...
+
+    @abstractmethod
+    def to_device(self, array: np.ndarray): ...
+
+    @abstractmethod
+    def to_host(self, array) -> np.ndarray: ...
+
+    @abstractmethod
+    def owns(self, array) -> bool: ...
+
+    def contiguous(self, array):
+        return array
+
+    def synchronize(self) -> None:
+        pass
+
+    def max_block(self) -> int:
+        return 1024
+
+    def check_block(self, block: int) -> None:
+        limit = self.max_block()
+        if block > limit:
+            raise ResourceError(
+                f"work-group size {block} exceeds the device limit {limit} on {self.name}; "
+                "lower the implementation's 'wg' config knob",
+                limit="max work-group size", value=block, allowed=limit,
+            )
+
+    def time(self, fn, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds per call of ``fn`` (wall clock, synchronized)."""
+        for _ in range(warmup):
+            fn()
+        self.synchronize()
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            self.synchronize()
+            out.append(time.perf_counter() - t0)
+        return out

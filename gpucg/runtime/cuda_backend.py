@@ -1,0 +1,142 @@
+"""The CUDA backend (CuPy RawModule). CuPy keeps its own on-disk cubin cache."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..codegen import CUDA
+from ..errors import CompileError, LaunchError, TargetUnavailableError
+from . import stats
+from .base import Backend, Program
+from .cache import cache_key
+
+
+class CudaProgram(Program):
+    def __init__(self, function, entry: str, backend: "CudaBackend"):
+        self.function = function
+        self.entry = entry
+        self.backend = backend
+
+    def launch(self, args, grid: int, block: int) -> None:
+        self.backend.check_block(block)
+        if grid > 2**31 - 1:
+            raise LaunchError(f"CUDA grid of {grid} blocks exceeds 2^31-1 for {self.entry}")
+        try:
+            self.function((grid,), (block,), args)
+        except Exception as exc:  # CuPy raises its own CUDADriverError types
+            raise LaunchError(f"CUDA launch of {self.entry} failed: {exc}") from None
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    dialect = CUDA
+    device_type = "gpu"
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ready = False
+        self._reason = ""
+        self._programs: dict[str, CudaProgram] = {}
+
+    def _init(self) -> None:
+        with self._lock:
+            if self._ready or self._reason:
+                return
+            try:
+                import cupy
+            except ImportError as exc:
+                self._reason = f"cupy is not installed ({exc}); pip install 'gpucg[cuda]'"
+                return
+            try:
+                count = cupy.cuda.runtime.getDeviceCount()
+            except Exception as exc:  # no driver, no device
+                self._reason = f"no CUDA device ({exc.__class__.__name__}: {exc})"
+                return
+            if count < 1:
+                self._reason = "no CUDA device"
+                return
+            self.cupy = cupy
+            dev = cupy.cuda.Device()
+            props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+            name = props["name"]
+            self.device_name = name.decode() if isinstance(name, bytes) else str(name)
+            self.arch = f"sm_{dev.compute_capability}"
+            self._max_block = int(props["maxThreadsPerBlock"])
+            self._ready = True
+
+    def status(self):
+        self._init()
+        if not self._ready:
+            return False, "", self._reason
+        return True, f"{self.device_name} ({self.arch})", ""
+
+    def _require(self) -> None:
+        self._init()
+        if not self._ready:
+            raise TargetUnavailableError(f"CUDA is not usable here: {self._reason}")
+
+    def max_block(self) -> int:
+        self._require()
+        return self._max_block
+
+    def supports(self, dtype: str) -> bool:
+        return True
+
+    def compile(self, source: str, entry: str, options=()) -> CudaProgram:
+        self._require()
+        options = tuple(options) or ("-std=c++14",)
+        key = cache_key("cuda", source, options, self.arch, entry)
+        prog = self._programs.get(key)
+        if prog is not None:
+            stats.bump("memory_hits")
+            return prog
+        try:
+            module = self.cupy.RawModule(code=source, options=options)
+            function = module.get_function(entry)
+        except self.cupy.cuda.compiler.CompileException as exc:
+            raise CompileError(f"CUDA compile of {entry} failed", source, options,
+                               str(exc)) from None
+        stats.bump("compiles")
+        prog = CudaProgram(function, entry, self)
+        self._programs[key] = prog
+        return prog
+
+    def empty(self, shape, dtype):
+        self._require()
+        return self.cupy.empty(tuple(shape), dtype=np.dtype(dtype))
+
+    def to_device(self, array):
+        self._require()
+        return self.cupy.asarray(np.ascontiguousarray(array))
+
+    def to_host(self, array):
+        if isinstance(array, np.ndarray):
+            return array
+        return self.cupy.asnumpy(array)
+
+    def owns(self, array) -> bool:
+        return self._ready and isinstance(array, self.cupy.ndarray)
+
+    def contiguous(self, array):
+        return self.cupy.ascontiguousarray(array)
+
+    def synchronize(self) -> None:
+        if self._ready:
+            self.cupy.cuda.get_current_stream().synchronize()
+
+    def time(self, fn, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds per call, timed with CUDA events after warm-up."""
+        self._require()
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(repeat):
+            start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(self.cupy.cuda.get_elapsed_time(start, end) / 1e3)
+        return out

@@ -1,0 +1,30 @@
+"""The NumPy backend: the fallback that runs everywhere, and the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Backend
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    device_type = "cpu"
+
+    def status(self):
+        return True, f"host CPU (NumPy {np.__version__})", ""
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype=dtype)
+
+    def to_device(self, array):
+        return np.asarray(array)
+
+    def to_host(self, array):
+        return np.asarray(array)
+
+    def owns(self, array) -> bool:
+        return isinstance(array, np.ndarray)
+
+    def contiguous(self, array):
+        return np.ascontiguousarray(array)

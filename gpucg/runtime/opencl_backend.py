@@ -1,0 +1,194 @@
+"""The OpenCL backend (PyOpenCL). In CI it runs on PoCL, a CPU OpenCL implementation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+
+from .. import knobs
+from ..codegen import OPENCL
+from ..errors import CompileError, LaunchError, TargetUnavailableError
+from . import stats
+from .base import Backend, Program
+from .cache import DiskCache, cache_key
+
+log = logging.getLogger("gpucg.runtime")
+
+_PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
+
+
+class OpenCLProgram(Program):
+    def __init__(self, backend: "OpenCLBackend", kernel, entry: str):
+        self.backend = backend
+        self.kernel = kernel
+        self.entry = entry
+
+    def launch(self, args, grid: int, block: int) -> None:
+        self.backend.check_block(block)
+        cl = self.backend.cl
+        raw = [a.data if isinstance(a, self.backend.cla.Array) else a for a in args]
+        try:
+            self.kernel(self.backend.queue, (grid * block,), (block,), *raw)
+        except cl.Error as exc:
+            raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
+                              f"failed: {exc}") from None
+
+
+class OpenCLBackend(Backend):
+    name = "opencl"
+    dialect = OPENCL
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ready = False
+        self._reason = ""
+        self._programs: dict[str, OpenCLProgram] = {}
+        self._disk = DiskCache(namespace="opencl")
+
+    # -- device selection -------------------------------------------------------------------
+    def _init(self) -> None:
+        with self._lock:
+            if self._ready or self._reason:
+                return
+            try:
+                import pyopencl as cl
+                import pyopencl.array as cla
+            except ImportError as exc:
+                self._reason = f"pyopencl is not installed ({exc}); pip install 'gpucg[opencl]'"
+                return
+            self.cl, self.cla = cl, cla
+            try:
+                platforms = cl.get_platforms()
+            except cl.Error as exc:
+                self._reason = f"no OpenCL platform ({exc})"
+                return
+            want = knobs.opencl_device()
+            devices = [(p, d) for p in platforms for d in p.get_devices()]
+            if want:
+                devices = [(p, d) for p, d in devices if want.lower() in (p.name + " " + d.name).lower()]
+            devices.sort(key=lambda pd: 0 if pd[1].type & cl.device_type.GPU else 1)
+            failures = []
+            for platform, device in devices:
+                try:
+                    ctx = cl.Context([device])
+                    prg = cl._cl._Program(ctx, _PROBE)
+                    prg.build(b"", [device])
+                except cl.Error as exc:
+                    first = str(exc).strip().splitlines()
+                    detail = next((ln for ln in first if "error" in ln.lower()), first[0] if first else "")
+                    failures.append(f"{device.name.strip()} ({platform.version.strip()}): {detail.strip()}")
+                    continue
+                self.context, self.device, self.platform = ctx, device, platform
+                self.queue = cl.CommandQueue(ctx)
+                self.device_type = "gpu" if device.type & cl.device_type.GPU else "cpu"
+                self._ready = True
+                if failures:
+                    log.info("skipped OpenCL devices that cannot compile: %s", "; ".join(failures))
+                return
+            if not devices:
+                self._reason = "no OpenCL device" + (f" matches GPUCG_OPENCL_DEVICE={want!r}" if want else "")
+            else:
+                self._reason = "no OpenCL device compiles a test kernel: " + "; ".join(failures)
+
+    def status(self):
+        self._init()
+        if not self._ready:
+            return False, "", self._reason
+        d = self.device
+        return True, f"{d.name.strip()} ({self.platform.version.strip()}, {self.device_type})", ""
+
+    def _require(self) -> None:
+        self._init()
+        if not self._ready:
+            raise TargetUnavailableError(f"OpenCL is not usable here: {self._reason}")
+
+    @property
+    def device_key(self) -> str:
+        d = self.device
+        return f"{self.platform.version}|{d.name}|{d.version}|{d.driver_version}"
+
+    def max_block(self) -> int:
+        self._require()
+        return int(self.device.max_work_group_size)
+
+    def supports(self, dtype: str) -> bool:
+        self._require()
+        ext = self.device.extensions
+        if dtype == "float64":
+            return "cl_khr_fp64" in ext
+        if dtype == "float16":
+            return "cl_khr_fp16" in ext
+        return True
+
+    # -- compile ----------------------------------------------------------------------------
+    def compile(self, source: str, entry: str, options=()) -> OpenCLProgram:
+        self._require()
+        cl = self.cl
+        options = tuple(options)
+        key = cache_key("opencl", source, options, self.device_key)
+        prog = self._programs.get(key + entry)
+        if prog is not None:
+            stats.bump("memory_hits")
+            return prog
+        built = None
+        binary = self._disk.get(key)
+        if binary is not None:
+            try:
+                built = cl._cl._Program(self.context, [self.device], [binary])
+                built.build(" ".join(options).encode(), [self.device])
+                stats.bump("disk_hits")
+            except cl.Error as exc:
+                log.warning("cached OpenCL binary unusable (%s); recompiling", exc)
+                built = None
+        if built is None:
+            built = cl._cl._Program(self.context, source)
+            try:
+                built.build(" ".join(options).encode(), [self.device])
+            except cl.Error as exc:
+                try:
+                    blog = built.get_build_info(self.device, cl.program_build_info.LOG)
+                except cl.Error:
+                    blog = str(exc)
+                raise CompileError(f"OpenCL compile of {entry} failed on {self.device.name.strip()}",
+                                   source, options, blog) from None
+            stats.bump("compiles")
+            try:
+                binaries = built.get_info(cl.program_info.BINARIES)
+                if binaries and binaries[0]:
+                    self._disk.put(key, bytes(binaries[0]))
+            except cl.Error:
+                pass
+        prog = OpenCLProgram(self, cl.Kernel(built, entry), entry)
+        self._programs[key + entry] = prog
+        return prog
+
+    # -- arrays -----------------------------------------------------------------------------
+    def empty(self, shape, dtype):
+        self._require()
+        return self.cla.empty(self.queue, tuple(shape), np.dtype(dtype))
+
+    def to_device(self, array):
+        self._require()
+        return self.cla.to_device(self.queue, np.ascontiguousarray(array))
+
+    def to_host(self, array):
+        if isinstance(array, np.ndarray):
+            return array
+        return array.get()
+
+    def owns(self, array) -> bool:
+        if not self._ready:
+            return False
+        return isinstance(array, self.cla.Array)
+
+    def contiguous(self, array):
+        if array.flags.c_contiguous and array.offset == 0:
+            return array
+        # pyopencl cannot copy a strided view on the device; go through the host once
+        return self.to_device(np.ascontiguousarray(array.get()))
+
+    def synchronize(self) -> None:
+        if self._ready:
+            self.queue.finish()

@@ -1,0 +1,178 @@
+"""Symbolic dimensions, tensor types and the dtype whitelist."""
+
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass
+from functools import reduce
+from typing import Iterable
+
+import numpy as np
+import sympy
+
+from .errors import DTypeError, InputError, describe
+
+#: Every dtype gpucg knows. Operators may accept a subset.
+DTYPES: tuple[str, ...] = ("bool", "int32", "int64", "float16", "float32", "float64")
+
+INT_MAX = 2**31 - 1
+
+
+def dtype_name(value, arg: str = "dtype", allowed: Iterable[str] = DTYPES) -> str:
+    """Normalize a dtype (name, numpy dtype or type) to its whitelisted name."""
+    allowed = tuple(allowed)
+    try:
+        name = np.dtype(value).name if not isinstance(value, str) else np.dtype(value).name
+    except TypeError:
+        raise DTypeError(
+            f"{arg}={describe(value)} is not a dtype; allowed: {', '.join(allowed)}"
+        ) from None
+    if name not in allowed:
+        raise DTypeError(f"{arg}={name!r} is not supported; allowed: {', '.join(allowed)}")
+    return name
+
+
+def var(name: str) -> sympy.Symbol:
+    """A symbolic dimension: a positive-integer SymPy symbol."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) \
+            or name.startswith("_"):
+        raise InputError(
+            f"var name={describe(name)} must be a Python identifier not starting with '_'"
+        )
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def is_shape_symbol(sym) -> bool:
+    """True for symbols made by :func:`var` (positive integers)."""
+    return isinstance(sym, sympy.Symbol) and bool(sym.is_integer) and bool(sym.is_positive)
+
+
+def _dim(value, index: int):
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"shape[{index}]={describe(value)} must be an int >= 0 or a gpucg.var")
+    if isinstance(value, (int, np.integer)):
+        if value < 0:
+            raise InputError(f"shape[{index}]={value} must be >= 0")
+        return int(value)
+    if isinstance(value, sympy.Integer):
+        return _dim(int(value), index)
+    if isinstance(value, sympy.Expr):
+        bad = [s for s in value.free_symbols if not is_shape_symbol(s)]
+        if bad or not value.free_symbols or not value.is_integer:
+            raise InputError(
+                f"shape[{index}]={value} must be an integer expression of gpucg.var symbols"
+            )
+        return value
+    raise InputError(f"shape[{index}]={describe(value)} must be an int >= 0 or a gpucg.var")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor's shape (ints and SymPy expressions) and dtype name."""
+
+    shape: tuple
+    dtype: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def symbols(self) -> set:
+        out = set()
+        for d in self.shape:
+            if not isinstance(d, int):
+                out |= d.free_symbols
+        return out
+
+    @property
+    def numel(self):
+        return reduce(lambda a, b: a * b, self.shape, sympy.Integer(1))
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        if len(self.shape) == 1:
+            dims += ","
+        return f"Tensor[({dims}), {self.dtype}]"
+
+
+def tensor(shape, dtype: str = "float32") -> TensorType:
+    """A tensor type whose shape mixes ints and symbols from :func:`var`."""
+    if isinstance(shape, (int, sympy.Expr, np.integer)):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise InputError(f"shape={describe(shape)} must be a tuple of ints and gpucg.var symbols")
+    return TensorType(tuple(_dim(d, i) for i, d in enumerate(shape)), dtype_name(dtype))
+
+
+def simplify_dim(value):
+    """An int when the expression is constant, else the SymPy expression."""
+    value = sympy.sympify(value)
+    if value.is_Integer:
+        return int(value)
+    return value
+
+
+class _PyPrinter:
+    """Prints integer SymPy expressions and conditions as exact Python source."""
+
+    def __init__(self, names: dict):
+        self.names = names
+
+    def __call__(self, e) -> str:
+        e = sympy.sympify(e)
+        if e is sympy.true:
+            return "True"
+        if e is sympy.false:
+            return "False"
+        if e.is_Integer:
+            return str(int(e))
+        if e.is_Symbol:
+            return self.names.get(e, e.name)
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            num, den = e.as_numer_denom()
+            if den != 1:
+                raise InputError(f"expression {e} is not an integer; use floor() or ceiling()")
+            return "(" + " * ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp >= 0:
+            return f"({self(e.base)} ** {int(e.exp)})"
+        if isinstance(e, sympy.floor):
+            num, den = e.args[0].as_numer_denom()
+            return f"({self(num)} // {self(den)})"
+        if isinstance(e, sympy.ceiling):
+            num, den = e.args[0].as_numer_denom()
+            return f"(-((-{self(num)}) // {self(den)}))"
+        if isinstance(e, sympy.Mod):
+            return f"({self(e.args[0])} % {self(e.args[1])})"
+        if isinstance(e, (sympy.Max, sympy.Min)):
+            fn = "max" if isinstance(e, sympy.Max) else "min"
+            return f"{fn}(" + ", ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.core.relational.Relational):
+            return f"({self(e.lhs)} {e.rel_op} {self(e.rhs)})"
+        if isinstance(e, sympy.And):
+            return "(" + " and ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Or):
+            return "(" + " or ".join(self(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Not):
+            return f"(not {self(e.args[0])})"
+        raise InputError(f"cannot print {e} ({type(e).__name__}) as Python")
+
+
+def pyexpr(expr, names: dict | None = None) -> str:
+    """Exact Python source for an integer expression or condition over shape symbols."""
+    return _PyPrinter(names or {})(expr)
+
+
+def evaluate(expr, bindings: dict) -> int:
+    """The integer value of a shape expression for concrete sizes."""
+    if isinstance(expr, int):
+        return expr
+    src = pyexpr(expr)
+    env = {s.name: int(v) for s, v in bindings.items()}
+    return eval(src, {"__builtins__": {"max": max, "min": min}}, env)  # noqa: S307 - our printer

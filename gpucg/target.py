@@ -1,0 +1,183 @@
+"""Targets: what to generate code for, its ordered keys, and which targets run here."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import knobs
+from .errors import InputError, TargetError, TargetUnavailableError, describe
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    """A kind of target: its strategy keys in lookup order and the backend that runs it."""
+
+    name: str
+    keys: tuple[str, ...]
+    backend: str
+    attrs: tuple[str, ...] = ()
+
+
+_KINDS: dict[str, TargetKind] = {}
+_ALIASES = {"cpu": "numpy"}
+
+
+def register_target_kind(name: str, keys, backend: str, attrs=(), override: bool = False):
+    """Register a new kind of target (from outside the package too).
+
+    Args:
+        name: the kind's name as written in target strings.
+        keys: strategy keys in lookup order, most specific first.
+        backend: the runtime backend that runs it ("numpy", "opencl", "cuda").
+        attrs: the ``-name=value`` attributes the kind accepts.
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise TargetError(f"target kind name={describe(name)} must match [a-z][a-z0-9_]*")
+    if name in _KINDS and not override:
+        raise TargetError(f"target kind {name!r} is already registered; pass override=True")
+    _KINDS[name] = TargetKind(name, tuple(keys), backend, tuple(attrs))
+    return _KINDS[name]
+
+
+register_target_kind("cuda", ("cuda", "gpu"), "cuda", attrs=("arch",))
+register_target_kind("opencl", ("opencl", "gpu"), "opencl", attrs=("device",))
+register_target_kind("numpy", ("cpu",), "numpy")
+
+_ATTR_CHECKS = {
+    "arch": (re.compile(r"sm_\d{2,3}[a-z]?"), "sm_XY such as sm_80 or sm_90"),
+    "device": (re.compile(r"cpu|gpu"), "cpu or gpu"),
+}
+
+
+class Target:
+    """A target such as ``"cuda"``, ``"cuda -arch=sm_90"``, ``"opencl"`` or ``"numpy"``.
+
+    Attributes:
+        kind: the kind name ("cuda", "opencl", "numpy" or a registered one).
+        attrs: the ``-name=value`` options.
+        keys: strategy keys, most specific first (cuda: cuda, gpu).
+    """
+
+    __slots__ = ("kind", "attrs")
+
+    def __init__(self, spec):
+        if isinstance(spec, Target):
+            self.kind, self.attrs = spec.kind, dict(spec.attrs)
+            return
+        if not isinstance(spec, str) or not spec.strip():
+            raise TargetError(
+                f"target={describe(spec)} must be a string such as "
+                f"{', '.join(repr(k) for k in _KINDS)}"
+            )
+        words = spec.split()
+        kind = _ALIASES.get(words[0], words[0])
+        if kind not in _KINDS:
+            known = sorted(set(_KINDS) | set(_ALIASES))
+            raise TargetError(f"target={spec!r}: unknown kind {words[0]!r}; known: {', '.join(known)}")
+        attrs = {}
+        for word in words[1:]:
+            m = re.fullmatch(r"-([a-z_]+)=(\S+)", word)
+            if not m:
+                raise TargetError(f"target={spec!r}: option {word!r} must look like -name=value")
+            name, value = m.groups()
+            if name not in _KINDS[kind].attrs:
+                allowed = ", ".join(_KINDS[kind].attrs) or "none"
+                raise TargetError(f"target={spec!r}: {kind} takes no option {name!r}; allowed: {allowed}")
+            check = _ATTR_CHECKS.get(name)
+            if check and not check[0].fullmatch(value):
+                raise TargetError(f"target={spec!r}: -{name}={value!r} must be {check[1]}")
+            attrs[name] = value
+        self.kind, self.attrs = kind, attrs
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return _KINDS[self.kind].keys
+
+    @property
+    def backend(self) -> str:
+        return _KINDS[self.kind].backend
+
+    def with_attrs(self, **attrs) -> "Target":
+        t = Target(self)
+        t.attrs.update({k: v for k, v in attrs.items() if v is not None})
+        return t
+
+    def __str__(self) -> str:
+        return " ".join([self.kind] + [f"-{k}={v}" for k, v in sorted(self.attrs.items())])
+
+    def __repr__(self) -> str:
+        return f"Target({str(self)!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Target) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+@dataclass(frozen=True)
+class TargetStatus:
+    """Whether a target can run here, on what device, and why not if not."""
+
+    name: str
+    usable: bool
+    device: str
+    reason: str
+
+
+def targets() -> list[TargetStatus]:
+    """Each built-in target and whether it is usable on this machine."""
+    from .runtime import backend_status
+
+    out = []
+    for name in ("cuda", "opencl", "numpy"):
+        ok, device, reason = backend_status(name)
+        out.append(TargetStatus(name, ok, device, reason))
+    return out
+
+
+def usable_names() -> list[str]:
+    return [t.name for t in targets() if t.usable]
+
+
+def default_target() -> Target:
+    """GPUCG_TARGET if set, else the first usable of cuda, opencl on a GPU, numpy."""
+    from .runtime import backend_status, get_backend
+
+    env = knobs.target()
+    if env:
+        return Target(env)
+    if backend_status("cuda")[0]:
+        return Target("cuda")
+    if backend_status("opencl")[0] and get_backend("opencl").device_type == "gpu":
+        return Target("opencl")
+    return Target("numpy")
+
+
+def resolve(target) -> Target:
+    """A Target from a string, a Target or None (the default)."""
+    if target is None:
+        return default_target()
+    return Target(target)
+
+
+def require_usable(target: Target) -> None:
+    """Raise TargetUnavailableError (listing the usable targets) if target cannot run here."""
+    from .runtime import backend_status
+
+    ok, _, reason = backend_status(target.backend)
+    if not ok:
+        raise TargetUnavailableError(
+            f"target {str(target)!r} is not usable here: {reason}; "
+            f"usable targets: {', '.join(usable_names())}"
+        )
+
+
+def check_index(value, name: str) -> int:
+    """A Python int from an int-like value, else InputError."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{name}={describe(value)} must be an int")
+    return int(value)
