@@ -123,6 +123,10 @@ class Selection:
 def _cond_str(impl: Implementation, decided) -> str:
     if impl.condition is None:
         return "always"
+    if impl.condition.expr is sympy.true:
+        return "always (for these shapes)"
+    if impl.condition.expr is sympy.false:
+        return "never (for these shapes)"
     text = str(impl.condition.expr)
     return text + (" (true here)" if decided is True else " (false here)" if decided is False else "")
 

@@ -1,0 +1,138 @@
+"""cumsum beside np.cumsum, cupy.cumsum and torch.cumsum: times, ratios, GB/s.
+
+GB/s counts 8 bytes per float32 element (one read, one write). Device timings keep the data
+on the device (inputs copied once, before timing); the NumPy-fallback row times host arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import numpy as np
+
+import gpucg
+from gpucg.runtime import backend_status, get_backend
+
+CPU_CASES = [("1-D 2^24", (1 << 24,), 0), ("(4096, 1024) axis=1", (4096, 1024), 1),
+             ("(1024, 4096) axis=0", (1024, 4096), 0)]
+GPU_CASES = [("1-D 2^28", (1 << 28,), 0), ("(65536, 1024) axis=-1", (65536, 1024), -1)]
+
+
+def _median_time(fn, sync=lambda: None, repeat=10, warmup=2) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t0)
+    return float(np.median(out))
+
+
+def _peers(x: np.ndarray, axis: int, repeat: int):
+    rows = [("np.cumsum", _median_time(lambda: np.cumsum(x, axis=axis), repeat=repeat))]
+    try:
+        import torch
+
+        t = torch.from_numpy(x)
+        rows.append(("torch.cumsum (cpu)", _median_time(lambda: torch.cumsum(t, dim=axis), repeat=repeat)))
+        if torch.cuda.is_available():
+            tg = t.cuda()
+            rows.append(("torch.cumsum (cuda)", _device_time_torch(lambda: torch.cumsum(tg, dim=axis), repeat)))
+    except ImportError:
+        pass
+    if backend_status("cuda")[0]:
+        import cupy
+
+        xg = cupy.asarray(x)
+        rows.append(("cupy.cumsum", float(np.median(get_backend("cuda").time(
+            lambda: cupy.cumsum(xg, axis=axis), repeat=repeat)))))
+    return rows
+
+
+def _device_time_torch(fn, repeat):
+    import torch
+
+    for _ in range(2):
+        fn()
+    out = []
+    for _ in range(repeat):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) / 1e3)
+    return float(np.median(out))
+
+
+def _ours(x: np.ndarray, axis: int, repeat: int):
+    rows = []
+    for target in ("cuda", "opencl", "numpy"):
+        if not backend_status(target)[0]:
+            continue
+        typ = gpucg.tensor(x.shape, "float32")
+        f = gpucg.compile("cumsum", typ, axis=axis, target=target)
+        be = get_backend(target)
+        xd = be.to_device(x) if target != "numpy" else x
+        got = be.to_host(f(xd))
+        ref = np.cumsum(x, axis=axis, dtype=np.float64)
+        err = float(np.max(np.abs(got - ref)) / max(1.0, float(np.max(np.abs(ref)))))
+        t = float(np.median(be.time(lambda: f(xd), repeat=repeat, warmup=2)))
+        impl = f.selection.choices[0].impl.name
+        rows.append((f"gpucg {target} [{impl}]", t, err))
+    return rows
+
+
+def overhead(repeat: int = 200) -> dict:
+    """Warm eager call on 1000 elements (default target) beside np.cumsum."""
+    x = np.ones(1000, np.float32)
+    gpucg.ops.cumsum(x)
+    ours = _median_time(lambda: gpucg.ops.cumsum(x), repeat=repeat, warmup=5)
+    ref = _median_time(lambda: np.cumsum(x), repeat=repeat, warmup=5)
+    return {"target": str(gpucg.default_target()), "eager_us": ours * 1e6, "np_cumsum_us": ref * 1e6}
+
+
+def main(argv=()) -> int:
+    p = argparse.ArgumentParser(prog="gpucg bench scan")
+    p.add_argument("--json", action="store_true", help="print the results as JSON too")
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--quick", action="store_true", help="smaller cases (for smoke tests)")
+    args = p.parse_args(list(argv))
+    cases = list(CPU_CASES)
+    if backend_status("cuda")[0]:
+        cases += GPU_CASES
+    if args.quick:
+        cases = [(name + " /64", tuple(max(1, d // 8) for d in shape), ax) for name, shape, ax in cases]
+    rng = np.random.default_rng(0)
+    results = []
+    print(f"gpucg bench scan on {platform.node()}; targets: "
+          + ", ".join(f"{t.name}={t.device}" for t in gpucg.targets() if t.usable))
+    for name, shape, axis in cases:
+        x = rng.standard_normal(shape).astype(np.float32)
+        gbytes = x.size * 8 / 1e9
+        peers = _peers(x, axis, args.repeat)
+        base = peers[0][1]
+        print(f"\n{name}: {x.size} float32 elements")
+        print(f"  {'implementation':<42} {'ms':>9} {'ours/np':>8} {'GB/s':>8}  notes")
+        for label, t in peers:
+            print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.1f}")
+            results.append({"case": name, "impl": label, "seconds": t, "ratio_vs_np": t / base,
+                            "gbps": gbytes / t})
+        for label, t, err in _ours(x, axis, args.repeat):
+            ratios = "; ".join(f"ours/{pl} {t / pt:.2f}" for pl, pt in peers[1:])
+            print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.1f}  "
+                  f"rel err {err:.1e}{'; ' + ratios if ratios else ''}")
+            results.append({"case": name, "impl": label, "seconds": t, "ratio_vs_np": t / base,
+                            "gbps": gbytes / t, "rel_err": err})
+    ov = overhead()
+    print(f"\nwarm eager call on 1000 elements ({ov['target']}): {ov['eager_us']:.1f} us; "
+          f"np.cumsum: {ov['np_cumsum_us']:.1f} us")
+    if args.json:
+        print(json.dumps({"results": results, "overhead": ov}, indent=1))
+    return 0

@@ -1,0 +1,281 @@
+"""The ``gpucg`` command: targets, ops, dump, explain, run, demo, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import api, shape
+from .errors import GpucgError, InputError
+
+
+def parse_input(text: str):
+    """``n,1024:float32`` -> tensor type (names become gpucg.var symbols)."""
+    dims, sep, dtype = text.rpartition(":")
+    if not sep:
+        raise InputError(f"--input {text!r} must look like DIMS:DTYPE, e.g. n,1024:float32")
+    out = []
+    for part in dims.split(",") if dims.strip() else []:
+        part = part.strip()
+        if re.fullmatch(r"\d+", part):
+            out.append(int(part))
+        elif part.isidentifier():
+            out.append(shape.var(part))
+        else:
+            raise InputError(f"--input {text!r}: dimension {part!r} must be an int or a name")
+    return shape.tensor(tuple(out), dtype)
+
+
+def parse_attr(text: str) -> tuple[str, object]:
+    """``axis=1`` -> ("axis", 1); the value is JSON when it parses, else a plain string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise InputError(f"--attr {text!r} must look like NAME=VALUE, e.g. axis=1")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    if isinstance(parsed, list):
+        parsed = tuple(parsed)
+    return name, parsed
+
+
+def _compile(args) -> api.CompiledOp:
+    types = [parse_input(t) for t in args.input]
+    attrs = dict(parse_attr(a) for a in args.attr)
+    return api.compile(args.op, *types, target=args.target, **attrs)
+
+
+def file_name(key: str, ext: str) -> str:
+    """A file name for a kernel key such as ``scan_rows.cuda/scan@i64``."""
+    base = key.replace("/", "__").replace("@", ".")
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", base) + ext
+
+
+def cmd_targets(args) -> int:
+    from .target import default_target, targets
+
+    for t in targets():
+        state = "usable" if t.usable else "not usable"
+        print(f"{t.name:<7} {state:<11} {t.device or t.reason}")
+    print(f"default: {default_target()}")
+    return 0
+
+
+def cmd_ops(args) -> int:
+    from .op import get_op, list_ops
+    from .target import Target
+
+    n, m = shape.var("n"), shape.var("m")
+    for name in list_ops():
+        op = get_op(name)
+        print(f"{name} ({op.pattern.value}, inputs: {', '.join(op.input_names)}): {op.doc}")
+        sample = tuple(shape.tensor((n, m), "float32") for _ in op.input_names)
+        for target in ("cuda", "opencl", "opencl -device=cpu", "numpy"):
+            t = Target(target)
+            try:
+                outs = op.infer(sample, op.make_attrs())
+                strategy = op.strategy(op.make_attrs(), sample, outs, target=t)
+            except GpucgError as exc:
+                print(f"  {target}: {exc}")
+                continue
+            for impl in strategy.implementations:
+                cond = "always" if impl.condition is None else str(impl.condition)
+                print(f"  {target:<18} {impl.name:<22} plevel {impl.plevel:>3}  if {cond}"
+                      f"  (for inputs (n, m))")
+    return 0
+
+
+def cmd_dump(args) -> int:
+    compiled = _compile(args)
+    from .codegen import dialect_for
+
+    ext = dialect_for(compiled.target.backend).source_ext if compiled.target.backend != "numpy" else ""
+    if args.output:
+        out = Path(args.output)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for key, src in compiled.sources.items():
+            path = out / file_name(key, ext)
+            path.write_text(src)
+            written.append(path)
+        path = out / "dispatcher.py"
+        path.write_text(compiled.dispatcher_source)
+        written.append(path)
+        for p in written:
+            print(p)
+        return 0
+    for key, src in compiled.sources.items():
+        print(f"// ===== {key} =====")
+        print(src)
+    print("# ===== dispatcher =====")
+    print(compiled.dispatcher_source)
+    return 0
+
+
+def cmd_explain(args) -> int:
+    compiled = _compile(args)
+    print(compiled.selection)
+    return 0
+
+
+def random_input(t, sizes: dict, rng) -> np.ndarray:
+    dims = tuple(shape.evaluate(d, sizes) for d in t.shape)
+    if t.dtype == "bool":
+        return rng.random(dims) < 0.5
+    if t.dtype.startswith("int"):
+        return rng.integers(-3, 4, size=dims).astype(t.dtype)
+    return rng.uniform(0.9, 1.1, size=dims).astype(t.dtype)
+
+
+def cmd_run(args) -> int:
+    compiled = _compile(args)
+    sizes = {}
+    for text in args.size:
+        name, _, value = text.partition("=")
+        if not value.isdigit():
+            raise InputError(f"--size {text!r} must look like NAME=INT")
+        sizes[shape.var(name)] = int(value)
+    for t in compiled.input_types:
+        for s in t.symbols:
+            sizes.setdefault(s, 1000)
+    rng = np.random.default_rng(0)
+    inputs = [random_input(t, sizes, rng) for t in compiled.input_types]
+    result = compiled(*inputs)
+    times = compiled.backend.time(lambda: compiled(*inputs), repeat=args.repeat, warmup=1)
+    print(f"{compiled.op.name} on {compiled.target}: shapes "
+          f"{', '.join(str(x.shape) for x in inputs)}; median {np.median(times) * 1e3:.3f} ms "
+          f"over {args.repeat} runs (host arrays in and out)")
+    if args.check:
+        ref = compiled.op.reference(*inputs, compiled.attrs)
+        outs = result if isinstance(result, tuple) else (result,)
+        refs = ref if isinstance(ref, tuple) else (ref,)
+        worst = 0.0
+        for o, r in zip(outs, refs):
+            if o.shape != r.shape or o.dtype != r.dtype:
+                print(f"MISMATCH: got {o.shape} {o.dtype}, NumPy gives {r.shape} {r.dtype}")
+                return 1
+            if o.size:
+                worst = max(worst, float(np.max(np.abs(o.astype(np.float64) - r.astype(np.float64)))))
+        tol = 1e-3 * max(1.0, max(float(np.max(np.abs(r))) if r.size else 0 for r in refs))
+        print(f"check against NumPy: max abs error {worst:.3g} ({'ok' if worst <= tol else 'FAIL'})")
+        return 0 if worst <= tol else 1
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .runtime import nvrtc
+    from .target import default_target, targets
+
+    print("gpucg demo")
+    for t in targets():
+        print(f"  target {t.name}: {'usable on ' + t.device if t.usable else 'not usable (' + t.reason + ')'}")
+    n = shape.var("n")
+    typ = shape.tensor((n, 1024), "float32")
+    out = Path(args.output)
+    for tgt in ("cuda", "opencl"):
+        compiled = api.compile("cumsum", typ, axis=1, target=tgt)
+        d = out / tgt
+        d.mkdir(parents=True, exist_ok=True)
+        ext = ".cu" if tgt == "cuda" else ".cl"
+        for key, src in compiled.sources.items():
+            (d / file_name(key, ext)).write_text(src)
+        (d / "dispatcher.py").write_text(compiled.dispatcher_source)
+        impls = ", ".join(c.impl.name for c in compiled.selection.choices)
+        print(f"  wrote {len(compiled.sources)} {tgt} kernels for cumsum over {typ}, axis=1 "
+              f"to {d}/ (dispatcher picks among {impls})")
+        if tgt == "cuda":
+            ok, why = nvrtc.available()
+            if ok:
+                for arch in ("sm_80", "sm_90"):
+                    for key, src in compiled.sources.items():
+                        nvrtc.compile_to_ptx(src, arch)
+                print(f"  NVRTC {why} compiled all {len(compiled.sources)} CUDA kernels to PTX "
+                      "for sm_80 and sm_90")
+            else:
+                print(f"  NVRTC check skipped: {why}")
+    target = default_target()
+    compiled = api.compile("cumsum", typ, axis=1, target=target)
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for rows in (1, 37, 300):
+        x = rng.standard_normal((rows, 1024)).astype(np.float32)
+        y = compiled(x)
+        ref = np.cumsum(x, axis=1)
+        worst = max(worst, float(np.max(np.abs(y - ref))))
+    ok = worst < 1e-3
+    print(f"  ran cumsum on target {target} for n = 1, 37, 300 with one compiled operator; "
+          f"max abs error against np.cumsum {worst:.2e}: {'ok' if ok else 'FAIL'}")
+    print(f"  counters: {api_stats()}")
+    return 0 if ok else 1
+
+
+def api_stats() -> str:
+    from .runtime import stats
+
+    s = stats.snapshot()
+    return ", ".join(f"{k} {v}" for k, v in s.items())
+
+
+def cmd_bench(args) -> int:
+    from .benchmarks import run_benchmark
+
+    return run_benchmark(args.op, args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpucg", description="GPU-first operator code generator")
+    sub = p.add_subparsers(dest="verb", required=True)
+    sub.add_parser("targets", help="which targets are usable here").set_defaults(fn=cmd_targets)
+    sub.add_parser("ops", help="operators, implementations, plevels, conditions").set_defaults(fn=cmd_ops)
+
+    def op_args(sp):
+        sp.add_argument("op")
+        sp.add_argument("--input", action="append", default=[], required=True,
+                        help="DIMS:DTYPE, e.g. n,1024:float32 (once per input)")
+        sp.add_argument("--attr", action="append", default=[], help="NAME=VALUE (JSON or string)")
+        sp.add_argument("--target", default=None)
+
+    sp = sub.add_parser("dump", help="kernel sources and dispatcher")
+    op_args(sp)
+    sp.add_argument("-o", "--output", help="directory: one file per kernel plus dispatcher.py")
+    sp.set_defaults(fn=cmd_dump)
+    sp = sub.add_parser("explain", help="the selection report")
+    op_args(sp)
+    sp.set_defaults(fn=cmd_explain)
+    sp = sub.add_parser("run", help="run on random inputs, time, and --check against NumPy")
+    op_args(sp)
+    sp.add_argument("--size", action="append", default=[], help="NAME=INT for symbolic dims")
+    sp.add_argument("--check", action="store_true")
+    sp.add_argument("--repeat", type=int, default=5)
+    sp.set_defaults(fn=cmd_run)
+    sp = sub.add_parser("demo", help="a short tour on this machine")
+    sp.add_argument("-o", "--output", default="gpucg-demo")
+    sp.set_defaults(fn=cmd_demo)
+    sp = sub.add_parser("bench", help="benchmark an operator beside its peers")
+    sp.add_argument("op", choices=["scan"])
+    sp.add_argument("rest", nargs=argparse.REMAINDER)
+    sp.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except GpucgError as exc:
+        first = str(exc).strip().splitlines()
+        print(f"gpucg: error: {first[0] if first else type(exc).__name__}", file=sys.stderr)
+        for line in first[1:]:
+            print(f"  {line}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
