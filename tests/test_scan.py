@@ -1,0 +1,229 @@
+"""cumsum/cumprod against NumPy on every backend here (numpy, OpenCL on PoCL)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpucg
+from gpucg.op import get_op
+
+OPS = {"cumsum": gpucg.ops.cumsum, "cumprod": gpucg.ops.cumprod}
+
+
+def make(shape, dtype, op, rng):
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return rng.integers(-3, 4, size=shape).astype(dtype)
+    if op == "cumprod":
+        return rng.uniform(0.95, 1.05, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def reference(op, x, axis, dtype=None, exclusive=False):
+    return get_op(op).reference(x, get_op(op).make_attrs(axis=axis, dtype=dtype, exclusive=exclusive))
+
+
+def check(got, want, x, op):
+    assert isinstance(got, np.ndarray)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
+    if want.dtype.kind in "iub":
+        np.testing.assert_array_equal(got, want)
+    else:
+        # parallel scans add in another order: allow eps * (sum of magnitudes so far)
+        eps = np.finfo(want.dtype).eps
+        bound = np.cumsum(np.abs(x.astype(np.float64)).ravel()).max() if x.size else 0
+        scale = max(1.0, bound) if op == "cumsum" else max(1.0, np.abs(want).max() if want.size else 1)
+        np.testing.assert_allclose(got, want, rtol=64 * eps, atol=64 * eps * scale * max(1, x.size) ** 0.5)
+
+
+CASES = [((10,), None), ((10,), 0), ((10,), -1), ((3, 5), 0), ((3, 5), 1), ((3, 5), None),
+         ((2, 3, 4), 1), ((2, 3, 4), -3), ((5000,), 0), ((3, 5000), 1), ((70000,), 0),
+         ((1, 1), 0), ((1,), 0), ((0,), 0), ((0, 4), 1), ((4, 0), 0), ((2, 40000), 0),
+         ((3, 1000, 2), 1), ((), None)]
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("shape,axis", CASES)
+def test_float32_cases(target, op, shape, axis):
+    rng = np.random.default_rng(1)
+    x = make(shape, "float32", op, rng)
+    for exclusive in (False, True):
+        got = OPS[op](x, axis=axis, exclusive=exclusive, target=target)
+        check(got, reference(op, x, axis, exclusive=exclusive), x, op)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int32", "int64", "float32", "float64"])
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+def test_dtypes_and_default_out_dtype(target, dtype, op):
+    rng = np.random.default_rng(2)
+    x = make((7, 300), dtype, op, rng)
+    got = OPS[op](x, axis=1, target=target)
+    want = getattr(np, op)(x, axis=1)  # NumPy itself decides the default dtype
+    assert got.dtype == want.dtype
+    check(got, want, x, op)
+
+
+@pytest.mark.parametrize("out", ["int32", "float64", np.float32])
+def test_dtype_argument(target, out):
+    x = np.arange(12, dtype=np.int64).reshape(3, 4)
+    got = gpucg.ops.cumsum(x, axis=0, dtype=out, target=target)
+    np.testing.assert_array_equal(got, np.cumsum(x, axis=0, dtype=out))
+    assert got.dtype == np.dtype(out)
+
+
+def test_integer_overflow_wraps_like_numpy(target):
+    x = np.full(50, 7, np.int32)
+    got = gpucg.ops.cumprod(x, dtype="int32", target=target)
+    np.testing.assert_array_equal(got, np.cumprod(x, dtype=np.int32))
+
+
+def test_non_contiguous_input(target):
+    base = np.arange(60, dtype=np.float32).reshape(6, 10)
+    for x in (base[:, ::2], base.T, base[::-1]):
+        for axis in (0, 1, None):
+            np.testing.assert_allclose(gpucg.ops.cumsum(x, axis=axis, target=target),
+                                       np.cumsum(x, axis=axis), rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_hypothesis_shapes_axes_dtypes(target, data):
+    ndim = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.lists(st.sampled_from([1, 2, 3, 5, 17, 64, 129, 700, 4097]),
+                                     min_size=ndim, max_size=ndim)))
+    if np.prod(shape) > 300_000:
+        shape = shape[:-1] + (1,)
+    axis = data.draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1)))
+    dtype = data.draw(st.sampled_from(["bool", "int32", "int64", "float32", "float64"]))
+    op = data.draw(st.sampled_from(["cumsum", "cumprod"]))
+    exclusive = data.draw(st.booleans())
+    x = make(shape, dtype, op, np.random.default_rng(len(shape)))
+    got = OPS[op](x, axis=axis, exclusive=exclusive, target=target)
+    check(got, reference(op, x, axis, exclusive=exclusive), x, op)
+
+
+def test_every_opencl_implementation_and_the_wide_variants():
+    """Force each implementation (and its 64-bit-index kernels) to run on OpenCL."""
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    rng = np.random.default_rng(3)
+    for device in ("gpu", "cpu"):  # both plevel orders, so every implementation runs
+        for shape, axis in [((3, 9000), 1), ((5, 300), 1), ((40, 3000), 0), ((2, 5000, 3), 1)]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            f = gpucg.compile("cumsum", gpucg.tensor(shape, "float32"), axis=axis,
+                              target=f"opencl -device={device}")
+            # run every implementation the strategy has, via a symbolic compile's choices too
+            for wide in (False, True):
+                for i, choice in enumerate(f.selection.choices):
+                    xd = f.backend.to_device(x)
+                    out = f._run(i, (xd,), (shape,), wide, True)
+                    check(out, np.cumsum(x, axis=axis), x, "cumsum")
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_all_candidates_agree(device):
+    """Each implementation of a symbolic compile gives NumPy's answer (all four run)."""
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    n, m = gpucg.var("n"), gpucg.var("m")
+    f = gpucg.compile("cumsum", gpucg.tensor((n, m), "float32"), axis=1,
+                      target=f"opencl -device={device}")
+    from gpucg.strategy import Choice, Selection
+
+    impls = gpucg.get_op("cumsum").strategy.dispatch(f.target)(
+        f.attrs, f.input_types, f.output_types, f.target).implementations
+    f.selection = Selection(f.selection.op, f.selection.target, f.input_types, f.output_types,
+                            f.selection.attrs, [Choice(i, i.space.default, None) for i in impls],
+                            f.selection.candidates, True)
+    f._specs.clear()
+    x = np.random.default_rng(4).standard_normal((33, 5000)).astype(np.float32)
+    for i in range(len(impls)):
+        out = f._run(i, (f.backend.to_device(x),), (x.shape,), False, True)
+        check(out, np.cumsum(x, axis=1), x, "cumsum")
+
+
+def test_symbolic_compile_serves_many_sizes_without_recompiling(target):
+    n = gpucg.var("n")
+    f = gpucg.compile("cumsum", gpucg.tensor((n, 64), "float32"), axis=1, target=target)
+    f(np.ones((2, 64), np.float32))  # compile once
+    before = gpucg.stats()["compiles"]
+    for rows in range(1, 21):
+        x = np.random.default_rng(rows).standard_normal((rows, 64)).astype(np.float32)
+        check(f(x), np.cumsum(x, axis=1), x, "cumsum")
+    assert gpucg.stats()["compiles"] == before
+
+
+def test_eager_calls_compile_a_handful_not_one_per_length(target):
+    gpucg.ops.cumsum(np.ones(5, np.float32), target=target)
+    gpucg.ops.cumsum(np.ones(1, np.float32), target=target)
+    before = gpucg.stats()["compiles"]
+    for length in range(2, 22):
+        x = np.arange(length, dtype=np.float32)
+        np.testing.assert_array_equal(gpucg.ops.cumsum(x, target=target), np.cumsum(x))
+    assert gpucg.stats()["compiles"] - before <= 2
+
+
+def test_wide_index_is_chosen_by_the_dispatcher():
+    n, m = gpucg.var("n"), gpucg.var("m")
+    f = gpucg.compile("cumsum", gpucg.tensor((n, m), "float32"), axis=1, target="cuda")
+    line = [ln for ln in f.dispatcher_source.splitlines() if "_wide =" in ln][0]
+    expr = line.split("=", 1)[1]
+    assert eval(expr, {"n": 2**16, "m": 2**15}) is True
+    assert eval(expr, {"n": 2**16, "m": 2**14}) is False
+    src = f.sources["scan_rows.cuda/scan@i64"]
+    assert "const long long n" in src and "const int n" in f.sources["scan_rows.cuda/scan"]
+
+
+def test_device_arrays_stay_on_device():
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    import pyopencl.array as cla
+
+    from gpucg.runtime import get_backend
+
+    be = get_backend("opencl")
+    x = np.arange(100, dtype=np.float32)
+    xd = cla.to_device(be.queue, x)
+    y = gpucg.ops.cumsum(xd)
+    assert isinstance(y, cla.Array)
+    np.testing.assert_array_equal(y.get(), np.cumsum(x))
+    with pytest.raises(gpucg.InputError, match="opencl array but the target is numpy"):
+        gpucg.ops.cumsum(xd, target="numpy")
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    ({"axis": 2}, gpucg.InputError, r"axis=2 is out of range .* allowed: -2..1"),
+    ({"axis": -3}, gpucg.InputError, "out of range"),
+    ({"axis": 1.0}, gpucg.AttrError, "axis=1.0 .* must be an int or None"),
+    ({"axis": True}, gpucg.AttrError, "must be an int or None"),
+    ({"exclusive": 1}, gpucg.AttrError, "exclusive=1 .* must be a bool"),
+    ({"dtype": "float16"}, gpucg.DTypeError, "dtype='float16' is not supported; allowed: int32"),
+    ({"dtype": "complex64"}, gpucg.DTypeError, "not supported"),
+    ({"target": "tpu"}, gpucg.TargetError, "unknown kind 'tpu'"),
+])
+def test_bad_input(kwargs, err, match):
+    with pytest.raises(err, match=match):
+        gpucg.ops.cumsum(np.ones((2, 3), np.float32), **kwargs)
+
+
+def test_bad_data():
+    with pytest.raises(gpucg.InputError, match=r"data=\[1, 2\] \(list\) must be a numpy.ndarray"):
+        gpucg.ops.cumsum([1, 2])
+    with pytest.raises(gpucg.DTypeError, match="data dtype 'float16' is not supported"):
+        gpucg.ops.cumsum(np.ones(3, np.float16), target="numpy")
+    with pytest.raises(gpucg.DTypeError, match="data.dtype='complex128'"):
+        gpucg.ops.cumsum(np.ones(3, np.complex128), target="numpy")
+    with pytest.raises(gpucg.InputError, match="rank 0"):
+        gpucg.ops.cumsum(np.ones((), np.float32), axis=0, target="numpy")
+
+
+def test_type_relation_symbolic_flatten():
+    n = gpucg.var("n")
+    op = get_op("cumsum")
+    (out,) = op.infer((gpucg.tensor((n, 4), "int32"),), op.make_attrs(axis=None))
+    assert out.shape == (4 * n,) and out.dtype == "int64"

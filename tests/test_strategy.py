@@ -1,0 +1,139 @@
+"""Selection: plevels, ties, CNF conditions, the records hook, the generated dispatcher."""
+
+import logging
+
+import numpy as np
+import pytest
+import sympy
+
+import gpucg
+from gpucg.autotune import Record, RecordList, RecordLog, workload_key
+from gpucg.autotune.space import ConfigSpace
+from gpucg.strategy import Implementation, Strategy
+
+RAN: list = []
+IMPLS: dict = {}
+
+
+def _runner(name):
+    def run(ctx):
+        RAN.append((name, ctx.config.get("tile")))
+        ctx.outputs[0][...] = ctx.inputs[0] * 2
+    return run
+
+
+def _strategy(attrs, inputs, outputs, target):
+    (x,) = inputs
+    n = x.shape[0]
+    s = Strategy()
+    for name, plevel, cond in IMPLS["list"]:
+        s.add_implementation(Implementation(
+            name, plevel, _runner(name), condition=cond(n) if cond else None,
+            space=ConfigSpace({"tile": (1, 2, 4)}, {"tile": 1})))
+    return s
+
+
+gpucg.register_op("probe_double", num_inputs=1, type_rel=lambda ins, attrs: ins[0],
+                  pattern=gpucg.OpPattern.INJECTIVE, reference=lambda x, a: x * 2,
+                  input_names=("x",), override=True)
+gpucg.register_strategy("probe_double", ["cpu"], _strategy, override=True)
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    RAN.clear()
+    yield
+    IMPLS.clear()
+
+
+def _impls(*items):
+    IMPLS["list"] = list(items)
+
+
+def test_highest_plevel_wins_for_constant_shapes(caplog):
+    _impls(("small", 20, lambda n: n <= 16), ("big", 15, lambda n: n > 16), ("any", 5, None))
+    with caplog.at_level(logging.INFO, logger="gpucg.select"):
+        sel = gpucg.explain("probe_double", gpucg.tensor((8,), "float32"), target="numpy")
+    assert [c.impl.name for c in sel.choices] == ["small"] and not sel.dynamic
+    verdicts = {c.name: c.verdict for c in sel.candidates}
+    assert verdicts == {"small": "selected", "big": "excluded", "any": "lost"}
+    assert "selected small" in caplog.text
+    sel = gpucg.explain("probe_double", gpucg.tensor((100,), "float32"), target="numpy")
+    assert sel.choices[0].impl.name == "big"
+
+
+def test_plevel_tie_broken_by_registration_order_with_warning():
+    _impls(("first", 10, None), ("second", 10, None))
+    with pytest.warns(UserWarning, match="tie at plevel 10"):
+        sel = gpucg.explain("probe_double", gpucg.tensor((8,), "float32"), target="numpy")
+    assert sel.choices[0].impl.name == "first"
+    assert "registration order" in {c.name: c.reason for c in sel.candidates}["second"]
+
+
+def test_no_fallback_is_rejected():
+    _impls(("small", 20, lambda n: n <= 16), ("big", 15, lambda n: n > 16))
+    with pytest.raises(gpucg.StrategyError, match="no unconditioned implementation"):
+        gpucg.explain("probe_double", gpucg.tensor((gpucg.var("n"),), "float32"), target="numpy")
+
+
+def test_symbolic_dispatch_runs_the_generated_source():
+    n = gpucg.var("n")
+    _impls(("small", 20, lambda n: n <= 16),
+           ("mid", 15, lambda n: sympy.And(n > 16, sympy.Or(n <= 64, sympy.Eq(n, 100)))),
+           ("any", 5, None))
+    f = gpucg.compile("probe_double", gpucg.tensor((n,), "float32"), target="numpy")
+    assert f.selection.dynamic
+    src = f.dispatcher_source
+    assert "if (n <= 16):" in src and "return _run(2," in src
+    # the function that runs is compiled from exactly this source
+    code = compile(src, "<gpucg dispatcher probe_double>", "exec")
+    fn_code = [c for c in code.co_consts if hasattr(c, "co_code")][0]
+    assert f._dispatch.__code__.co_code == fn_code.co_code
+    for size, want in [(3, "small"), (16, "small"), (17, "mid"), (64, "mid"), (65, "any"),
+                       (100, "mid"), (101, "any")]:
+        RAN.clear()
+        np.testing.assert_array_equal(f(np.ones(size, np.float32)), np.full(size, 2, np.float32))
+        assert RAN == [(want, 1)], size
+
+
+def test_records_hook_picks_tuned_impl_and_config(tmp_path):
+    _impls(("small", 20, lambda n: n <= 16), ("any", 5, None))
+    t = gpucg.tensor((8,), "float32")
+    key = workload_key("probe_double", {}, (t,))
+    recs = RecordList([Record(key, "numpy", "any", {"tile": 4}, 1e-6),
+                       Record(key, "numpy", "small", {"tile": 2}, 5e-6),
+                       Record("other", "numpy", "small", {"tile": 2}, 1e-9)])
+    f = gpucg.compile("probe_double", t, target="numpy", records=recs)
+    assert f.selection.choices[0].impl.name == "any"
+    f(np.ones(8, np.float32))
+    assert RAN == [("any", 4)]
+    # a log file with a corrupt line still loads its good records
+    log = tmp_path / "records.jsonl"
+    log.write_text(Record(key, "numpy", "small", {"tile": 2}, 1e-7).to_json() + "\n{broken\n")
+    loaded = RecordLog(log)
+    assert len(loaded.records) == 1
+    f = gpucg.compile("probe_double", t, target="numpy", records=loaded)
+    assert f.selection.choices[0].impl.name == "small" and f.selection.choices[0].config["tile"] == 2
+
+
+def test_signature_errors():
+    n = gpucg.var("n")
+    _impls(("any", 5, None))
+    f = gpucg.compile("probe_double", gpucg.tensor((n, 4), "float32"), target="numpy")
+    with pytest.raises(gpucg.SignatureError, match="rank 1"):
+        f(np.ones(3, np.float32))
+    with pytest.raises(gpucg.SignatureError, match="dtype float64"):
+        f(np.ones((3, 4)))
+    with pytest.raises(gpucg.SignatureError, match=r"x.shape\[1\] is 5"):
+        f(np.ones((3, 5), np.float32))
+    with pytest.raises(gpucg.SignatureError, match="takes 1 input"):
+        f()
+    with pytest.raises(gpucg.InputError, match="must be a numpy.ndarray"):
+        f([[1.0] * 4])
+
+
+def test_condition_on_foreign_symbol_is_rejected():
+    k = gpucg.var("k")
+    _impls(("odd", 20, lambda n: k <= 3), ("any", 5, None))
+    with pytest.raises(gpucg.ConditionError, match="appear in no input"):
+        gpucg.explain("probe_double", gpucg.tensor((gpucg.var("n"),), "float32"), target="numpy")
