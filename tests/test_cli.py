@@ -1,0 +1,109 @@
+"""The command line: every verb, and errors as one line with a non-zero exit."""
+
+import numpy as np
+import pytest
+
+from gpucg.cli import main, parse_attr, parse_input
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_parse_helpers():
+    t = parse_input("n,1024:float32")
+    assert str(t) == "Tensor[(n, 1024), float32]"
+    assert parse_attr("axis=1") == ("axis", 1)
+    assert parse_attr("strides=[1, 1]") == ("strides", (1, 1))
+    assert parse_attr("layout=NCHW") == ("layout", "NCHW")
+    assert parse_attr("exclusive=true") == ("exclusive", True)
+
+
+def test_targets_and_ops(capsys):
+    code, out, _ = run(capsys, "targets")
+    assert code == 0 and "numpy" in out and "default:" in out
+    code, out, _ = run(capsys, "ops")
+    assert code == 0 and "scan_rows.cuda" in out and "plevel" in out and "cumprod" in out
+
+
+def test_explain(capsys):
+    code, out, _ = run(capsys, "explain", "cumsum", "--input", "n,1024:float32", "--attr", "axis=1",
+                       "--target", "cuda")
+    assert code == 0 and "scan_rows.cuda" in out and "selected" in out
+
+
+def test_dump_to_stdout_and_files_compile_as_is(capsys, tmp_path, nvrtc_or_skip):
+    from gpucg.runtime import nvrtc
+
+    code, out, _ = run(capsys, "dump", "cumsum", "--input", "n,m:float32", "--attr", "axis=1",
+                       "--target", "cuda")
+    assert code == 0 and "extern \"C\" __global__" in out and "def dispatch(data):" in out
+    code, out, _ = run(capsys, "dump", "cumsum", "--input", "n,m:float32", "--attr", "axis=1",
+                       "--target", "cuda", "-o", str(tmp_path / "cu"))
+    files = sorted((tmp_path / "cu").glob("*.cu"))
+    assert code == 0 and len(files) >= 4 and (tmp_path / "cu" / "dispatcher.py").exists()
+    for f in files:
+        nvrtc.compile_to_ptx(f.read_text(), "sm_90")
+    compile((tmp_path / "cu" / "dispatcher.py").read_text(), "dispatcher.py", "exec")
+
+
+def test_dump_opencl_files_build_on_pocl(capsys, tmp_path):
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    from gpucg.runtime import get_backend
+
+    code, _, _ = run(capsys, "dump", "cumprod", "--input", "n,m:int32", "--attr", "axis=0",
+                     "--attr", "exclusive=true", "--target", "opencl", "-o", str(tmp_path / "cl"))
+    files = sorted((tmp_path / "cl").glob("*.cl"))
+    assert code == 0 and files
+    for f in files:
+        src = f.read_text()
+        entry = src.split("__kernel void ", 1)[1].split("(", 1)[0].strip()
+        get_backend("opencl").compile(src, entry)
+
+
+def test_run_check(capsys):
+    code, out, _ = run(capsys, "run", "cumsum", "--input", "n,300:float32", "--attr", "axis=1",
+                       "--size", "n=50", "--target", "numpy", "--check")
+    assert code == 0 and "max abs error" in out and "ok" in out
+
+
+def test_run_check_opencl(capsys):
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    code, out, _ = run(capsys, "run", "cumprod", "--input", "n,m:int64", "--attr", "axis=0",
+                       "--size", "n=30", "--size", "m=70", "--target", "opencl", "--check")
+    assert code == 0 and "ok" in out
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["explain", "cumsum", "--input", "n,4:float32", "--attr", "axis=3"], "axis=3 is out of range"),
+    (["explain", "nosuchop", "--input", "4:float32"], "unknown operator 'nosuchop'"),
+    (["explain", "cumsum", "--input", "4"], "must look like DIMS:DTYPE"),
+    (["explain", "cumsum", "--input", "4:float32", "--target", "tpu"], "unknown kind"),
+    (["explain", "cumsum", "--input", "4:float32", "--attr", "bogus=1"], "unknown attribute 'bogus'"),
+])
+def test_errors_are_one_line(capsys, argv, match):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and err.startswith("gpucg: error: ") and match in err.splitlines()[0]
+
+
+def test_demo(capsys, tmp_path):
+    code, out, _ = run(capsys, "demo", "-o", str(tmp_path / "demo"))
+    assert code == 0, out
+    assert "max abs error against np.cumsum" in out and ": ok" in out
+    assert list((tmp_path / "demo" / "cuda").glob("*.cu"))
+    assert list((tmp_path / "demo" / "opencl").glob("*.cl"))
+
+
+def test_bench_quick(capsys):
+    from gpucg.benchmarks.scan import main as bench
+
+    assert bench(["--quick", "--repeat", "1", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "ours/np" in out and "GB/s" in out and "np.cumsum" in out and "warm eager call" in out
+    assert np.isfinite(float(out.split("warm eager call on 1000 elements")[1].split(":")[1].split("us")[0]))
