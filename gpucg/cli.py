@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from . import api, shape
+from .strategy import _cond_str
 from .errors import GpucgError, InputError
 
 
@@ -82,11 +83,11 @@ def cmd_ops(args) -> int:
             try:
                 outs = op.infer(sample, op.make_attrs())
                 strategy = op.strategy(op.make_attrs(), sample, outs, target=t)
-            except GpucgError as exc:
-                print(f"  {target}: {exc}")
+            except Exception as exc:  # a user-registered strategy may fail; keep listing
+                print(f"  {target}: {type(exc).__name__}: {exc}")
                 continue
             for impl in strategy.implementations:
-                cond = "always" if impl.condition is None else str(impl.condition)
+                cond = _cond_str(impl, None if impl.condition is None else impl.condition.decide())
                 print(f"  {target:<18} {impl.name:<22} plevel {impl.plevel:>3}  if {cond}"
                       f"  (for inputs (n, m))")
     return 0
