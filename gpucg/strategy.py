@@ -228,15 +228,3 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
                  ", ".join(map(str, input_types)), c.impl.name, c.impl.plevel,
                  c.config.short(), cands[c.impl.name].reason)
     return sel
-
-
-def shape_symbols_of(input_types) -> set:
-    out: set = set()
-    for t in input_types:
-        out |= t.symbols
-    return out
-
-
-def condition(expr) -> SpecializedCondition:
-    """Shorthand for SpecializedCondition(expr)."""
-    return SpecializedCondition(sympy.sympify(expr))

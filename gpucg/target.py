@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from . import knobs
-from .errors import InputError, TargetError, TargetUnavailableError, describe
+from .errors import TargetError, TargetUnavailableError, describe
 
 
 @dataclass(frozen=True)
@@ -172,12 +172,3 @@ def require_usable(target: Target) -> None:
             f"target {str(target)!r} is not usable here: {reason}; "
             f"usable targets: {', '.join(usable_names())}"
         )
-
-
-def check_index(value, name: str) -> int:
-    """A Python int from an int-like value, else InputError."""
-    import numpy as np
-
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise InputError(f"{name}={describe(value)} must be an int")
-    return int(value)

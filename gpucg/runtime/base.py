@@ -16,6 +16,11 @@ from ..errors import ResourceError
 from . import stats
 
 
+def ceil_div(a: int, b: int) -> int:
+    """Blocks of size b needed to cover a items (launch geometry)."""
+    return -(-a // b)
+
+
 class Program(ABC):
     """A compiled kernel entry point."""
 

@@ -10,13 +10,10 @@ from ..autotune.space import ConfigSpace
 from ..codegen import Code, KernelSpec
 from ..op import get_op
 from ..ops.scan import normalize_axis
+from ..runtime.base import ceil_div
 from ..strategy import Implementation, Strategy
 
 _WG = ConfigSpace({"wg": (64, 128, 256, 512)}, {"wg": 256})
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _numel(shape) -> int:
@@ -29,7 +26,7 @@ def _numel(shape) -> int:
 def _run_injective(ctx):
     x, y = ctx.inputs[0], ctx.outputs[0]
     n = _numel(y.shape)
-    ctx.kernel("main")(x, y, ctx.size(n), grid=_ceil_div(n, ctx.config["wg"]), block=ctx.config["wg"])
+    ctx.kernel("main")(x, y, ctx.size(n), grid=ceil_div(n, ctx.config["wg"]), block=ctx.config["wg"])
 
 
 def _strides(shape, out_shape):
@@ -51,7 +48,7 @@ def _run_broadcast(ctx):
     args = []
     for k in range(len(shape)):
         args += [ctx.size(shape[k]), ctx.size(sa[k]), ctx.size(sb[k])]
-    ctx.kernel("main")(a, b, y, ctx.size(n), *args, grid=_ceil_div(n, ctx.config["wg"]),
+    ctx.kernel("main")(a, b, y, ctx.size(n), *args, grid=ceil_div(n, ctx.config["wg"]),
                        block=ctx.config["wg"])
 
 
@@ -62,7 +59,7 @@ def _run_reduce(ctx):
     outer, n, inner = _numel(shape[:axis]), shape[axis], _numel(shape[axis + 1:])
     s = ctx.size
     ctx.kernel("main")(x, y, s(outer), s(n), s(inner),
-                       grid=_ceil_div(outer * inner, ctx.config["wg"]), block=ctx.config["wg"])
+                       grid=ceil_div(outer * inner, ctx.config["wg"]), block=ctx.config["wg"])
 
 
 _RUN = {"injective": _run_injective, "broadcast": _run_broadcast, "reduce": _run_reduce}

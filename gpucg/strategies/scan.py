@@ -22,6 +22,7 @@ from ..autotune.space import ConfigSpace
 from ..codegen import KernelSpec
 from ..ops.scan import default_out_dtype, split_axis
 from ..op import get_op
+from ..runtime.base import ceil_div
 from ..strategy import Implementation, Strategy
 
 ROWS_MAX = 4096
@@ -41,10 +42,6 @@ def _cols_space(wg: int, chunk: int) -> ConfigSpace:
                        {"wg": wg, "chunk": chunk})
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _dims(ctx):
     return split_axis(tuple(ctx.inputs[0].shape), ctx.attrs)
 
@@ -58,7 +55,7 @@ def _scan_rows_run(ctx) -> None:
 def _scan_device_run(ctx) -> None:
     outer, n, _ = _dims(ctx)
     wg, tile = ctx.config["wg"], ctx.config["wg"] * ctx.config["items"]
-    tiles = _ceil_div(n, tile)
+    tiles = ceil_div(n, tile)
     x, y = ctx.inputs[0], ctx.outputs[0]
     if tiles <= 1:
         ctx.kernel("scan")(x, y, ctx.size(n), grid=outer * (n > 0), block=wg)
@@ -74,22 +71,22 @@ def _scan_cols_run(ctx) -> None:
     outer, n, inner = _dims(ctx)
     wg = ctx.config["wg"]
     chunk = min(ctx.config.get("chunk", n), n) if n else 1
-    chunks = _ceil_div(n, chunk) if n else 0
+    chunks = ceil_div(n, chunk) if n else 0
     x, y = ctx.inputs[0], ctx.outputs[0]
     s = ctx.size
     if chunks <= 1:
         work = outer * inner * (n > 0)
         ctx.kernel("scan")(x, y, s(outer), s(n), s(inner), s(n), s(1),
-                           grid=_ceil_div(work, wg), block=wg)
+                           grid=ceil_div(work, wg), block=wg)
         return
     work = outer * chunks * inner
     partial = ctx.empty((work,), y.dtype)
     carries = ctx.empty((work,), y.dtype)
-    grid = _ceil_div(work, wg)
+    grid = ceil_div(work, wg)
     ctx.kernel("chunk_reduce")(x, partial, s(outer), s(n), s(inner), s(chunk), s(chunks),
                                grid=grid, block=wg)
     ctx.kernel("scan_partials")(partial, carries, s(outer), s(chunks), s(inner), s(chunks), s(1),
-                                grid=_ceil_div(outer * inner, wg), block=wg)
+                                grid=ceil_div(outer * inner, wg), block=wg)
     ctx.kernel("chunk_scan")(x, y, carries, s(outer), s(n), s(inner), s(chunk), s(chunks),
                              grid=grid, block=wg)
 
