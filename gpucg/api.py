@@ -33,6 +33,30 @@ def _bad_dim(name, axis, actual, expected):
     raise SignatureError(f"{name}.shape[{axis}] is {actual}, but the compiled signature needs {expected}")
 
 
+def _bad_input(message):
+    raise InputError(message)
+
+
+def _size_checks(op, input_types, attrs) -> list:
+    """The op's constraints that the shapes leave open; raises for one they decide false."""
+    import sympy
+
+    from .condition import SpecializedCondition
+    from .shape import evaluate
+
+    if op.constraints is None:
+        return []
+    open_ = []
+    for c in op.constraints(tuple(input_types), attrs):
+        decided = SpecializedCondition(c.ok).decide()
+        if decided is False:
+            values = [evaluate(v, {}) if not sympy.sympify(v).free_symbols else v for v in c.values]
+            raise InputError(c.message.format(*values))
+        if decided is None:
+            open_.append(c)
+    return open_
+
+
 class RunContext:
     """What an implementation's ``run`` sees: attrs, config, arrays, and its kernels."""
 
@@ -84,14 +108,16 @@ class CompiledOp:
             target = target.with_attrs(device=get_backend("opencl").device_type)
         self.target = target
         self.output_types = self.op.infer(self.input_types, self.attrs)
+        checks = _size_checks(self.op, self.input_types, self.attrs)
         attrs_dict = dataclasses.asdict(self.attrs)
         strategy = self.op.strategy(self.attrs, self.input_types, self.output_types, target=target)
         self.selection: Selection = select(op_name, strategy, self.input_types, self.output_types,
                                            attrs_dict, target, records)
         if ok:
             self._check_dtypes()
-        self.dispatcher_source = _dispatch.generate(self.selection, self.op.input_names)
-        namespace = {"_inputs": self._inputs, "_run": self._run, "_bad_dim": _bad_dim}
+        self.dispatcher_source = _dispatch.generate(self.selection, self.op.input_names, checks)
+        namespace = {"_inputs": self._inputs, "_run": self._run, "_bad_dim": _bad_dim,
+                     "_bad_input": _bad_input}
         exec(builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec"), namespace)
         self._dispatch = namespace["dispatch"]
         self._programs: dict = {}
@@ -105,7 +131,7 @@ class CompiledOp:
 
     def _check_dtypes(self) -> None:
         backend = self.backend
-        if not hasattr(backend, "supports"):
+        if not hasattr(backend, "supports") or self.op.kernel_info.get("bits_only"):
             return
         for t in self.input_types + self.output_types:
             if not backend.supports(t.dtype):

@@ -22,8 +22,14 @@ def _param_names(input_names, symbols) -> list[str]:
     return out
 
 
-def generate(sel: Selection, input_names) -> str:
-    """Python source of ``dispatch(*inputs)`` for a selection."""
+def generate(sel: Selection, input_names, checks=()) -> str:
+    """Python source of ``dispatch(*inputs)`` for a selection.
+
+    ``checks`` are :class:`gpucg.op.Constraint` objects the sizes must satisfy; each becomes an
+    ``if`` that raises InputError with its message filled in from the actual sizes.
+    """
+    from .condition import SpecializedCondition
+
     symbols = set()
     for t in sel.input_types:
         symbols |= t.symbols
@@ -61,6 +67,10 @@ def generate(sel: Selection, input_names) -> str:
                 lines.append(f"    if {name}.shape[{axis}] != {pyexpr(dim)}:")
                 lines.append(f"        _bad_dim({name!r}, {axis}, {name}.shape[{axis}], "
                              f"'{dim} = %d' % {pyexpr(dim)})")
+    for c in checks:
+        values = ", ".join(pyexpr(v) for v in c.values)
+        lines.append(f"    if not ({SpecializedCondition(c.ok).to_python()}):")
+        lines.append(f"        _bad_input({c.message!r}.format({values}))")
     out_shapes = []
     for t in sel.output_types:
         dims = [pyexpr(d) if not isinstance(d, int) else str(d) for d in t.shape]

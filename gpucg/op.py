@@ -35,6 +35,9 @@ class OpDef:
     #: for simple elementwise and reduce ops: what the shared schedules need (see strategies/generic.py)
     kernel_info: dict = field(default_factory=dict)
     doc: str = ""
+    #: ``(input_types, attrs) -> [Constraint]``: size rules the type relation cannot check
+    #: while sizes are symbolic; checked at compile time when decided, else by the dispatcher
+    constraints: Callable | None = None
 
     def make_attrs(self, **kwargs):
         """Validated attributes from keyword arguments; unknown names are an error."""
@@ -56,6 +59,19 @@ class OpDef:
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """A rule on input sizes: ``ok`` (a SymPy boolean over shape symbols) must hold.
+
+    ``message`` is the error text, with ``{}`` placeholders filled by the values of ``values``
+    (SymPy integer expressions over the same symbols), in order.
+    """
+
+    ok: object
+    message: str
+    values: tuple = ()
+
+
 _OPS: dict[str, OpDef] = {}
 
 
@@ -66,7 +82,7 @@ class NoAttrs:
 
 def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: Callable,
                 pattern: OpPattern, reference: Callable, input_names=None, kernel_info=None,
-                doc: str = "", override: bool = False) -> OpDef:
+                doc: str = "", override: bool = False, constraints: Callable | None = None) -> OpDef:
     """Register an operator.
 
     Args:
@@ -77,6 +93,8 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
         pattern: an :class:`OpPattern`.
         reference: NumPy reference, ``reference(*arrays, attrs) -> array or tuple``.
         input_names: names of the inputs (default x0, x1...).
+        constraints: ``(input_types, attrs) -> [Constraint]``, size rules to check when the
+            sizes are known (at compile time, or in the generated dispatcher).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise OpError(f"operator name={describe(name)} must be an identifier")
@@ -86,7 +104,7 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
         raise OpError(f"{name}: attrs must be a dataclass, got {describe(attrs)}")
     names = tuple(input_names or (f"x{i}" for i in range(num_inputs)))
     op = OpDef(name, attrs, num_inputs, type_rel, OpPattern(pattern), reference, names,
-               GenericFunc(f"{name}_strategy"), dict(kernel_info or {}), doc)
+               GenericFunc(f"{name}_strategy"), dict(kernel_info or {}), doc, constraints)
     _OPS[name] = op
     return op
 

@@ -26,6 +26,12 @@ class Dialect:
     #: dtype -> preamble line needed when that dtype appears in a kernel
     type_preambles: dict = field(default_factory=dict)
     source_ext: str = ".txt"
+    #: bits -> unsigned integer type (keys and raw bit patterns)
+    utypes: dict = field(default_factory=dict)
+    #: qualifiers of a helper function callable from kernels
+    device_fn: str = ""
+    #: suffix that makes a hex literal 64-bit unsigned
+    u64_suffix: str = "UL"
 
     def local_id(self, dim: int = 0) -> str:
         return f"threadIdx.{_AXES[dim]}" if self.name == "cuda" else f"get_local_id({dim})"
@@ -47,6 +53,29 @@ class Dialect:
             raise DTypeError(
                 f"dtype {dtype!r} has no {self.name} spelling; allowed: {', '.join(self.types)}"
             ) from None
+
+    def utype(self, bits: int) -> str:
+        """The unsigned integer type of ``bits`` (16, 32 or 64) bits."""
+        try:
+            return self.utypes[bits]
+        except KeyError:
+            raise DTypeError(f"no {bits}-bit unsigned type; allowed: {', '.join(map(str, self.utypes))}") from None
+
+    def uconst(self, value: int, bits: int) -> str:
+        """An unsigned literal of the ``bits``-wide type (value masked to that width)."""
+        value &= (1 << bits) - 1
+        suffix = self.u64_suffix if bits == 64 else "U"
+        return f"(({self.utype(bits)})0x{value:X}{suffix})"
+
+    def index_max(self, wide: bool) -> str:
+        """The largest value of the kernel index type, as a literal."""
+        if not wide:
+            return "0x7FFFFFFF"
+        return f"(({self.types['int64']})0x7FFFFFFFFFFFFFFF{'LL' if self.u64_suffix == 'ULL' else 'L'})"
+
+    def atomic_add(self, ptr: str, value: str) -> str:
+        """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
+        return f"atomicAdd({ptr}, {value})" if self.name == "cuda" else f"atomic_add({ptr}, {value})"
 
     def index_type(self, wide: bool) -> str:
         return self.types["int64"] if wide else "int"
@@ -71,6 +100,9 @@ CUDA = Dialect(
            "float16": "__half", "float32": "float", "float64": "double"},
     type_preambles={"float16": "#include <cuda_fp16.h>"},
     source_ext=".cu",
+    utypes={16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"},
+    device_fn="__device__ __forceinline__",
+    u64_suffix="ULL",
 )
 
 OPENCL = Dialect(
@@ -85,6 +117,9 @@ OPENCL = Dialect(
     type_preambles={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
                     "float16": "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"},
     source_ext=".cl",
+    utypes={16: "ushort", 32: "uint", 64: "ulong"},
+    device_fn="static inline",
+    u64_suffix="UL",
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

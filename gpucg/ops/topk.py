@@ -1,0 +1,223 @@
+"""Selection and sorting: topk, sort and argsort along one axis.
+
+One order rules all three: elements compare by value in the requested direction, NaN counts
+as larger than every number (first when descending, last when ascending), -0.0 equals 0.0, and
+equal values keep their index order (the lower index first). This is a stable sort, and what
+``torch.topk`` does with NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import AttrError, DTypeError, describe
+from ..op import Constraint, OpPattern, register_op
+from ..shape import TensorType, dtype_name, simplify_dim
+from .scan import normalize_axis
+
+#: input dtypes topk/sort/argsort accept
+IN_DTYPES = ("float16", "float32", "float64", "int32", "int64")
+INDEX_DTYPES = ("int32", "int64")
+RET_TYPES = ("both", "values", "indices")
+
+
+def _check_int(name: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise AttrError(f"{name}={describe(value)} must be an int")
+    return int(value)
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise AttrError(f"{name}={describe(value)} must be a bool")
+    return bool(value)
+
+
+@dataclass(frozen=True)
+class TopkAttrs:
+    """Attributes of topk (as TVM's).
+
+    Attributes:
+        k: how many to keep; k < 1 keeps the whole axis (a sort).
+        axis: the axis to select along; negative counts from the end.
+        ret_type: "both" (values, indices), "values" or "indices".
+        is_ascend: False keeps the largest (descending order), True the smallest (ascending).
+        dtype: the index dtype, "int32" or "int64".
+    """
+
+    k: int = 1
+    axis: int = -1
+    ret_type: str = "both"
+    is_ascend: bool = False
+    dtype: str = "int32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "k", _check_int("k", self.k))
+        object.__setattr__(self, "axis", _check_int("axis", self.axis))
+        if self.ret_type not in RET_TYPES:
+            raise AttrError(f"ret_type={describe(self.ret_type)} is not allowed; allowed: "
+                            f"{', '.join(map(repr, RET_TYPES))}")
+        object.__setattr__(self, "is_ascend", _check_bool("is_ascend", self.is_ascend))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype, "dtype", INDEX_DTYPES))
+
+
+@dataclass(frozen=True)
+class SortAttrs:
+    """Attributes of sort: the axis, and the direction (ascending by default)."""
+
+    axis: int = -1
+    is_ascend: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "axis", _check_int("axis", self.axis))
+        object.__setattr__(self, "is_ascend", _check_bool("is_ascend", self.is_ascend))
+
+
+@dataclass(frozen=True)
+class ArgsortAttrs:
+    """Attributes of argsort: axis, direction and the index dtype."""
+
+    axis: int = -1
+    is_ascend: bool = True
+    dtype: str = "int32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "axis", _check_int("axis", self.axis))
+        object.__setattr__(self, "is_ascend", _check_bool("is_ascend", self.is_ascend))
+        object.__setattr__(self, "dtype", dtype_name(self.dtype, "dtype", INDEX_DTYPES))
+
+
+@dataclass(frozen=True)
+class SelectView:
+    """topk, sort and argsort seen as one problem: keep ``k`` (0: all) of each row, in order."""
+
+    k: int
+    axis: int
+    ret_type: str
+    ascend: bool
+    index_dtype: str
+
+
+def view(attrs) -> SelectView:
+    """The common view of any of the three operators' attributes."""
+    if isinstance(attrs, TopkAttrs):
+        return SelectView(attrs.k, attrs.axis, attrs.ret_type, attrs.is_ascend, attrs.dtype)
+    if isinstance(attrs, ArgsortAttrs):
+        return SelectView(0, attrs.axis, "indices", attrs.is_ascend, attrs.dtype)
+    return SelectView(0, attrs.axis, "values", attrs.is_ascend, "int32")
+
+
+def kept(n, v: SelectView):
+    """How many elements of a row of length ``n`` the result keeps."""
+    return n if v.k < 1 else v.k
+
+
+def rows_split(shape, axis: int):
+    """(outer, n, inner): the selected axis has length n; rows = outer * inner."""
+    outer, inner = 1, 1
+    for d in shape[:axis]:
+        outer = outer * d
+    for d in shape[axis + 1:]:
+        inner = inner * d
+    return simplify_dim(outer), shape[axis], simplify_dim(inner)
+
+
+def _type_rel(op: str):
+    def rel(inputs, attrs):
+        (data,) = inputs
+        if data.dtype not in IN_DTYPES:
+            raise DTypeError(f"{op}: data dtype {data.dtype!r} is not supported; "
+                             f"allowed: {', '.join(IN_DTYPES)}")
+        v = view(attrs)
+        axis = normalize_axis(v.axis, data.ndim)
+        shape = list(data.shape)
+        shape[axis] = kept(shape[axis], v)
+        values = TensorType(tuple(shape), data.dtype)
+        indices = TensorType(tuple(shape), v.index_dtype)
+        return {"both": (values, indices), "values": values, "indices": indices}[v.ret_type]
+    return rel
+
+
+def _constraints(inputs, attrs):
+    v = view(attrs)
+    if v.k < 1:
+        return []
+    (data,) = inputs
+    axis = normalize_axis(v.axis, data.ndim)
+    n = data.shape[axis]
+    return [Constraint(n >= v.k,
+                       f"topk: k={v.k} is larger than the length {{}} of axis {v.axis} "
+                       f"(data.shape[{axis}]); k must be at most that length, or < 1 for all",
+                       (n,))]
+
+
+def stable_order(x: np.ndarray, ascend: bool) -> np.ndarray:
+    """Indices that sort ``x`` along its last axis by the rule above (a stable sort).
+
+    Descending is the ascending stable sort of the reversed row, reversed: equal values then
+    come in index order, and NaN (last when ascending) comes first.
+    """
+    n = x.shape[-1]
+    if ascend:
+        return np.argsort(x, axis=-1, kind="stable")
+    return (n - 1 - np.argsort(x[..., ::-1], axis=-1, kind="stable"))[..., ::-1]
+
+
+def _reference(op: str):
+    def ref(data: np.ndarray, attrs):
+        """Stable argsort (NumPy sorts NaN last), then take the first k: slow, obviously right."""
+        v = view(attrs)
+        axis = normalize_axis(v.axis, data.ndim)
+        x = np.moveaxis(data, axis, -1)
+        order = stable_order(x, v.ascend)[..., :kept(x.shape[-1], v)]
+        values = np.moveaxis(np.take_along_axis(x, order, -1), -1, axis)
+        indices = np.moveaxis(order, -1, axis).astype(v.index_dtype)
+        return {"both": (values, indices), "values": values, "indices": indices}[v.ret_type]
+    return ref
+
+
+for _name, _attrs, _doc in (
+        ("topk", TopkAttrs, "The k largest (or smallest) elements along an axis, in order."),
+        ("sort", SortAttrs, "Stable sort along an axis."),
+        ("argsort", ArgsortAttrs, "Indices of a stable sort along an axis.")):
+    register_op(_name, attrs=_attrs, num_inputs=1, type_rel=_type_rel(_name),
+                pattern=OpPattern.OPAQUE, reference=_reference(_name), input_names=("data",),
+                doc=_doc, constraints=_constraints,
+                # the kernels compare and move bit patterns only: no float16/64 arithmetic
+                kernel_info={"bits_only": True})
+
+
+def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32", *, target=None):
+    """The ``k`` largest (``is_ascend=True``: smallest) elements along ``axis``, in order.
+
+    Args:
+        data: a NumPy, CuPy or PyOpenCL array (float16/32/64, int32/64).
+        k: how many to keep; k < 1 keeps the whole axis.
+        axis: the axis; negative counts from the end.
+        ret_type: "both" returns (values, indices); "values" or "indices" returns one array.
+        is_ascend: sort order of the result (and which end is kept).
+        dtype: index dtype, "int32" or "int64".
+        target: "cuda", "opencl", "numpy" or None for the default target.
+
+    Ties keep index order; NaN is larger than every number.
+    """
+    from ..api import call
+
+    return call("topk", (data,), target=target, k=k, axis=axis, ret_type=ret_type,
+                is_ascend=is_ascend, dtype=dtype)
+
+
+def sort(data, axis=-1, is_ascend=True, *, target=None):
+    """Stable sort along ``axis`` (NaN last when ascending, first when descending)."""
+    from ..api import call
+
+    return call("sort", (data,), target=target, axis=axis, is_ascend=is_ascend)
+
+
+def argsort(data, axis=-1, is_ascend=True, dtype="int32", *, target=None):
+    """Indices of a stable sort along ``axis``; equal values keep index order."""
+    from ..api import call
+
+    return call("argsort", (data,), target=target, axis=axis, is_ascend=is_ascend, dtype=dtype)

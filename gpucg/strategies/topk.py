@@ -1,0 +1,341 @@
+"""Strategies for topk, sort and argsort: which selection or sort runs for which sizes.
+
+A row is the selected axis of the (outer, n, inner) view; rows = outer * inner, and k is the
+number kept (an attribute, so known when compiling; for sort and argsort it is n). Every
+kernel orders elements by (order key, index), which is unique, so all implementations give the
+same, stable result.
+
+GPU implementations, by plevel:
+  topk_group    k <= 128 (static) and n >= 2K (K: k rounded up to a power of two): each
+                work-item keeps its best K in private memory, the work-group merges them in
+                local memory; rows are split over several work-groups when there are few,
+                and the candidates are merged by the same kernel.
+  topk_radix    k > 128 and (n >= 8192, or rows <= 32 and n >= 2048): radix select, 8 bits a
+                pass over (key, index) with an early stop, several work-groups per row; the k
+                winners are filtered into a buffer and only they are sorted.
+  sort_bitonic  n <= one block (4096 pairs; 2048 for 64-bit keys): one work-group sorts a row
+                in local memory.
+  sort_merge    always: blocks sorted by bitonic sort, then merge passes (merge by rank).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..autotune.space import ConfigSpace
+from ..codegen import KernelSpec
+from ..op import get_op
+from ..ops.scan import normalize_axis
+from ..ops.topk import kept, rows_split, stable_order, view
+from ..runtime.base import ceil_div
+from ..strategy import Implementation, Strategy
+
+GROUP_K_MAX = 128
+RADIX_N_MIN = 8192
+RADIX_FEW_ROWS = 32
+RADIX_FEW_ROWS_N_MIN = 2048
+
+_BITS = {"float16": 16, "float32": 32, "float64": 64, "int32": 32, "int64": 64}
+_INF = {16: 0x7C00, 32: 0x7F800000, 64: 0x7FF0000000000000}
+_NAN = {16: 0x7E00, 32: 0x7FC00000, 64: 0x7FF8000000000000}
+_UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def key_params(dtype: str, ascend: bool, index_dtype: str) -> dict:
+    """Template parameters of the order key for a data dtype and direction."""
+    bits = _BITS[dtype]
+    return dict(kbits=bits, is_float=dtype.startswith("float"), ascend=bool(ascend),
+                oidx=index_dtype, abs_mask=(1 << (bits - 1)) - 1, inf_bits=_INF[bits],
+                nan_bits=_NAN[bits])
+
+
+def block_size(kbits: int) -> int:
+    """Pairs one work-group sorts in local memory: 4096 (2048 for 64-bit keys)."""
+    return 4096 if kbits <= 32 else 2048
+
+
+def group_k(k: int) -> int:
+    """k rounded up to a power of two: the length of each work-item's private list."""
+    return 1 << max(0, int(k) - 1).bit_length()
+
+
+@dataclass
+class _Problem:
+    data: object
+    n: int
+    inner: int
+    rows: int
+    k: int
+    values: object
+    indices: object
+    ukey: type
+
+
+def _problem(ctx) -> _Problem | None:
+    data = ctx.inputs[0]
+    v = view(ctx.attrs)
+    axis = normalize_axis(v.axis, data.ndim)
+    outer, n, inner = rows_split(tuple(int(d) for d in data.shape), axis)
+    k = kept(n, v)
+    names = {"both": ("values", "indices"), "values": ("values",), "indices": ("indices",)}[v.ret_type]
+    outs = dict(zip(names, ctx.outputs))
+    if k == 0 or outer * inner == 0:
+        return None
+    shape = list(data.shape)
+    shape[axis] = k
+    values = outs.get("values")
+    if values is None:
+        values = ctx.empty(tuple(shape), data.dtype)
+    indices = outs.get("indices")
+    if indices is None:
+        indices = ctx.empty(tuple(shape), np.dtype(v.index_dtype))
+    return _Problem(data, n, inner, outer * inner, k, values, indices, _UINT[_BITS[np.dtype(data.dtype).name]])
+
+
+# -- running --------------------------------------------------------------------------------
+
+def _sort_rows(ctx, p: _Problem, pairs, n_row: int, prefix: str) -> None:
+    """Sort every row (of the data, or of n_row candidate pairs) and emit the first k.
+
+    ``pairs`` is None to sort the data itself, else (keys, indices) buffers of rows x n_row.
+    Kernels: <prefix>sort (one block, emits), <prefix>blocks (block runs), merge, merge_emit.
+    """
+    s = ctx.size
+    wg = ctx.config["wg"]
+    block = wg * ctx.config["items"]
+    src = () if pairs is None else pairs
+    common = (s(p.inner), s(n_row), s(p.n))
+    if n_row <= block:
+        ctx.kernel(prefix + "sort")(p.data, *src, p.values, p.indices, *common, s(p.k), s(1),
+                                    grid=p.rows, block=wg)
+        return
+    nblocks = ceil_div(n_row, block)
+    a = (ctx.empty((p.rows * n_row,), p.ukey), ctx.empty((p.rows * n_row,), ctx.idx))
+    b = (ctx.empty((p.rows * n_row,), p.ukey), ctx.empty((p.rows * n_row,), ctx.idx))
+    ctx.kernel(prefix + "blocks")(p.data, *src, *a, *common, s(p.k), s(nblocks),
+                                  grid=p.rows * nblocks, block=wg)
+    width = block
+    mwg = ctx.config["merge_wg"]
+    grid = ceil_div(p.rows * n_row, mwg)
+    while True:
+        last = 2 * width >= n_row
+        out = (p.values, p.indices) if last else b
+        ctx.kernel("merge_emit" if last else "merge")(p.data, *a, *out, *common, s(p.k), s(width),
+                                                      s(p.rows), grid=grid, block=mwg)
+        if last:
+            return
+        a, b = b, a
+        width *= 2
+
+
+def _sort_run(ctx) -> None:
+    p = _problem(ctx)
+    if p is not None:
+        _sort_rows(ctx, p, None, p.n, "")
+
+
+def _group_run(ctx, kk: int) -> None:
+    """topk_group's run; ``kk`` is the private list length the kernels were compiled for."""
+    p = _problem(ctx)
+    if p is None:
+        return
+    s = ctx.size
+    wg = ctx.config["wg"]
+    per_item, groups = ctx.config["per_item"], ctx.config["groups"]
+    n_cur, pairs, tag = p.n, (), ""
+    while True:
+        splits = max(1, min(ceil_div(groups, p.rows), ceil_div(n_cur, wg * per_item)))
+        if splits == 1:
+            ctx.kernel("emit" + tag)(p.data, *pairs, p.values, p.indices, s(p.inner), s(n_cur),
+                                     s(p.n), s(p.k), s(1), grid=p.rows, block=wg)
+            return
+        m = splits * kk
+        out = (ctx.empty((p.rows * m,), p.ukey), ctx.empty((p.rows * m,), ctx.idx))
+        ctx.kernel("split" + tag)(p.data, *pairs, *out, s(p.inner), s(n_cur), s(p.n), s(kk),
+                                  s(splits), grid=p.rows * splits, block=wg)
+        n_cur, pairs, tag = m, out, "_pairs"
+
+
+def _radix_run(ctx) -> None:
+    p = _problem(ctx)
+    if p is None:
+        return
+    s = ctx.size
+    wg = ctx.config["wg"]
+    chunk = wg * ctx.config["chunk_items"]
+    chunks = ceil_div(p.n, chunk)
+    kbits = np.dtype(p.ukey).itemsize * 8
+    ibits = 64 if ctx.wide else 32
+    st_key = ctx.empty((2 * p.rows,), p.ukey)
+    st_lo = ctx.empty((4 * p.rows,), np.uint64 if ctx.wide else np.uint32)
+    hist = ctx.empty((257 * p.rows,), np.uint32)
+    ctx.kernel("init")(st_key, st_lo, hist, s(p.k), grid=p.rows, block=256)
+    for pass_ in range((kbits + ibits) // 8):
+        if pass_ == kbits // 8:
+            # early stop for the index bits: most rows are decided by the key bits alone
+            if ctx.backend.to_host(st_lo)[3::4].all():
+                break
+        ctx.kernel("hist")(p.data, st_key, st_lo, hist, s(p.inner), s(p.n), s(chunks),
+                           np.int32(pass_), grid=p.rows * chunks, block=wg)
+        ctx.kernel("scan")(st_key, st_lo, hist, np.int32(pass_), grid=p.rows, block=256)
+    cand = (ctx.empty((p.rows * p.k,), p.ukey), ctx.empty((p.rows * p.k,), ctx.idx))
+    ctx.kernel("filter")(p.data, st_key, st_lo, hist, *cand, s(p.inner), s(p.n), s(p.k),
+                         s(chunks), grid=p.rows * chunks, block=wg)
+    _sort_rows(ctx, p, cand, p.k, "cand_")
+
+
+# -- kernels --------------------------------------------------------------------------------
+
+def _specs(op: str, keyp: dict, parts: dict):
+    """config -> {key: KernelSpec}; ``parts`` maps key -> (template, params from config)."""
+    def build(config):
+        return {key: KernelSpec.make(f"topk/{template}", f"gpucg_{op}_{key}", **keyp, **extra(config))
+                for key, (template, extra) in parts.items()}
+    return build
+
+
+def _sort_parts(prefix: str, from_pairs: bool) -> dict:
+    def blk(emit):
+        return lambda c: dict(wg=c["wg"], items=c["items"], from_pairs=from_pairs, emit=emit)
+    return {prefix + "sort": ("bitonic.j2", blk(True)), prefix + "blocks": ("bitonic.j2", blk(False))}
+
+
+def _merge_parts() -> dict:
+    def mrg(emit):
+        return lambda c: dict(wg=c["merge_wg"], emit=emit)
+    return {"merge": ("merge.j2", mrg(False)), "merge_emit": ("merge.j2", mrg(True))}
+
+
+def _sort_space(block: int, on_cpu: bool) -> ConfigSpace:
+    wgs = (128, 256, 512, 1024)
+    return ConfigSpace(
+        {"wg": wgs, "items": (1, 2, 4, 8, 16, 32), "merge_wg": (64, 128, 256)},
+        {"wg": 256 if on_cpu else 512, "items": block // (256 if on_cpu else 512),
+         "merge_wg": 64 if on_cpu else 256},
+        constraint=lambda c: c["wg"] * c["items"] == block)
+
+
+def make_gpu_strategy(op_name: str):
+    def strategy(attrs, inputs, outputs, target):
+        (data,) = inputs
+        v = view(attrs)
+        axis = normalize_axis(v.axis, data.ndim)
+        outer, n, inner = rows_split(data.shape, axis)
+        rows = outer * inner
+        kind = target.kind
+        on_cpu = target.attrs.get("device") == "cpu"
+        keyp = key_params(data.dtype, v.ascend, v.index_dtype)
+        block = block_size(keyp["kbits"])
+        sort_space = _sort_space(block, on_cpu)
+        s = Strategy()
+        if 1 <= v.k <= GROUP_K_MAX:
+            kk = group_k(v.k)
+            entries = 4096 if keyp["kbits"] <= 32 else 2048
+            wg_max = max(16, min(256, entries // kk))
+            wgs = tuple(w for w in (16, 32, 64, 128, 256) if w <= wg_max)
+            default_wg = min(wg_max, 64) if on_cpu else wg_max
+
+            def gparams(from_pairs, emit):
+                return lambda c: dict(wg=c["wg"], K=kk, from_pairs=from_pairs, emit=emit)
+            parts = {"emit": ("select.j2", gparams(False, True)),
+                     "split": ("select.j2", gparams(False, False)),
+                     "emit_pairs": ("select.j2", gparams(True, True)),
+                     "split_pairs": ("select.j2", gparams(True, False))}
+            s.add_implementation(Implementation(
+                f"topk_group.{kind}", 12, functools.partial(_group_run, kk=kk), _specs(op_name, keyp, parts),
+                condition=n >= 2 * kk,
+                space=ConfigSpace({"wg": wgs, "per_item": (16, 64, 256, 1024),
+                                   "groups": (2, 16, 64, 256, 1024)},
+                                  {"wg": default_wg, "per_item": 64 if on_cpu else 16,
+                                   "groups": 16 if on_cpu else 1024})))
+        if v.k > GROUP_K_MAX:
+            parts = {stage: ("radix.j2", (lambda st: lambda c: dict(
+                stage=st, wg=256 if st in ("init", "scan") else c["wg"],
+                chunk=c["wg"] * c["chunk_items"]))(stage))
+                for stage in ("init", "hist", "scan", "filter")}
+            parts.update(_sort_parts("cand_", True))
+            parts.update(_merge_parts())
+            space = ConfigSpace({"wg": sort_space.knobs["wg"], "items": sort_space.knobs["items"],
+                                 "merge_wg": sort_space.knobs["merge_wg"],
+                                 "chunk_items": (4, 16, 64, 256)},
+                                dict(sort_space.default, chunk_items=16 if not on_cpu else 256),
+                                constraint=sort_space.constraint)
+            s.add_implementation(Implementation(
+                f"topk_radix.{kind}", 10, _radix_run, _specs(op_name, keyp, parts),
+                condition=sympy.Or(n >= RADIX_N_MIN,
+                                   sympy.And(rows <= RADIX_FEW_ROWS, n >= RADIX_FEW_ROWS_N_MIN)),
+                space=space))
+        s.add_implementation(Implementation(
+            f"sort_bitonic.{kind}", 9, _sort_run,
+            _specs(op_name, keyp, {"sort": _sort_parts("", False)["sort"]}),
+            condition=n <= block, space=sort_space))
+        parts = _sort_parts("", False)
+        parts.update(_merge_parts())
+        s.add_implementation(Implementation(
+            f"sort_merge.{kind}", 5, _sort_run, _specs(op_name, keyp, parts), space=sort_space))
+        return s
+    return strategy
+
+
+# -- the NumPy fallback ---------------------------------------------------------------------
+
+def numpy_select(data: np.ndarray, attrs):
+    """topk/sort/argsort on the host: argpartition, then a sort of only the k kept.
+
+    argpartition is asked for the k-th and (k+1)-th places; only rows where those two are
+    equal (a tie across the cut, whose members argpartition picks arbitrarily) are redone
+    with a stable sort, so the result is exact and, for distinct values, as fast as NumPy.
+    """
+    v = view(attrs)
+    axis = normalize_axis(v.axis, data.ndim)
+    xs = np.moveaxis(data, axis, -1)
+    lead, n = xs.shape[:-1], xs.shape[-1]
+    k = kept(n, v)
+    x = xs.reshape(-1, n)
+    if k == 0 or x.shape[0] == 0:
+        order = np.empty((x.shape[0], k), np.intp)
+    elif 2 * k >= n:
+        order = stable_order(x, v.ascend)[:, :k]
+    else:
+        cut = (k - 1, k) if v.ascend else (n - k, n - k - 1)
+        part = np.argpartition(x, sorted(cut), axis=-1)
+        sel = part[:, :k] if v.ascend else part[:, n - k:]
+        edge = np.take_along_axis(x, part[:, list(cut)], -1)
+        tie = edge[:, 0] == edge[:, 1]
+        if x.dtype.kind == "f":
+            tie |= np.isnan(edge[:, 0]) & np.isnan(edge[:, 1])
+        sel = np.sort(sel, axis=-1)
+        order = np.take_along_axis(sel, stable_order(np.take_along_axis(x, sel, -1), v.ascend), -1)
+        if tie.any():
+            order[tie] = stable_order(x[tie], v.ascend)[:, :k]
+    order = order.reshape(lead + (k,))
+    out = {}
+    if v.ret_type in ("both", "values"):
+        out["values"] = np.moveaxis(np.take_along_axis(xs, order, -1), -1, axis)
+    if v.ret_type in ("both", "indices"):
+        out["indices"] = np.moveaxis(order.astype(v.index_dtype, copy=False), -1, axis)
+    return tuple(out.values())
+
+
+def make_cpu_strategy(op_name: str):
+    def run(ctx):
+        for dst, src in zip(ctx.outputs, numpy_select(ctx.inputs[0], ctx.attrs)):
+            dst[...] = src
+
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy()
+        s.add_implementation(Implementation(f"topk_partition.{target.kind}", 10, run))
+        return s
+    return strategy
+
+
+for _op in ("topk", "sort", "argsort"):
+    get_op(_op).strategy.register(["gpu"], make_gpu_strategy(_op))
+    get_op(_op).strategy.register(["cpu"], make_cpu_strategy(_op))
+
+__all__ = ["block_size", "group_k", "key_params", "make_cpu_strategy", "make_gpu_strategy",
+           "numpy_select"]
