@@ -32,6 +32,7 @@ test: $(PY) opencl-runtime
 bench: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[opencl]"
 	$(VENV)/bin/gpucg bench scan
+	$(VENV)/bin/gpucg bench topk
 
 clean:
 	rm -rf $(VENV) .gpucg_cache .pytest_cache .hypothesis

@@ -93,6 +93,7 @@ class CompiledOp:
         selection: what selection decided (see :func:`gpucg.explain`).
         dispatcher_source: the generated Python that checks the arguments and picks a kernel.
         sources: kernel name -> kernel source, for every implementation the dispatcher may run.
+        last_impl: the name of the implementation the most recent call ran (None before one).
     """
 
     def __init__(self, op_name: str, input_types, target=None, records=None, **attrs):
@@ -123,6 +124,7 @@ class CompiledOp:
         self._programs: dict = {}
         self._specs: dict = {}
         self._lock = threading.Lock()
+        self.last_impl: str | None = None
 
     # -- sources ----------------------------------------------------------------------------
     @property
@@ -214,7 +216,9 @@ class CompiledOp:
     def _run(self, index: int, inputs, out_shapes, wide: bool, host: bool):
         backend = self.backend
         outputs = tuple(backend.empty(s, t.dtype) for s, t in zip(out_shapes, self.output_types))
-        self.selection.choices[index].impl.run(RunContext(self, index, inputs, outputs, wide))
+        impl = self.selection.choices[index].impl
+        self.last_impl = impl.name
+        impl.run(RunContext(self, index, inputs, outputs, wide))
         stats.bump("dispatches")
         if host:
             outputs = tuple(backend.to_host(o) for o in outputs)

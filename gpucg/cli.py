@@ -6,7 +6,6 @@ import argparse
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -265,7 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("-o", "--output", default="gpucg-demo")
     sp.set_defaults(fn=cmd_demo)
     sp = sub.add_parser("bench", help="benchmark an operator beside its peers")
-    sp.add_argument("op", choices=["scan"])
+    from .benchmarks import BENCHMARKS
+
+    sp.add_argument("op", choices=sorted(BENCHMARKS))
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_bench)
     return p

@@ -107,3 +107,20 @@ def test_bench_quick(capsys):
     out = capsys.readouterr().out
     assert "ours/np" in out and "GB/s" in out and "np.cumsum" in out and "warm eager call" in out
     assert np.isfinite(float(out.split("warm eager call on 1000 elements")[1].split(":")[1].split("us")[0]))
+
+
+def test_bench_topk_quick(capsys):
+    code, out, _ = run(capsys, "bench", "topk", "--quick", "--repeat", "1", "--json")
+    assert code == 0, out
+    assert "numpy argpartition+sort" in out and "ours/np" in out and "GB/s" in out
+    assert "VALUES DIFFER" not in out
+    assert "gpucg numpy [topk_partition.numpy]" in out
+
+
+def test_explain_topk_shows_size_conditions(capsys):
+    code, out, _ = run(capsys, "explain", "topk", "--input", "m,n:float32", "--attr", "k=300",
+                       "--target", "cuda")
+    assert code == 0, out
+    assert "dispatch at run time" in out
+    assert "topk_radix.cuda" in out and "n >= 8192" in out and "m <= 32" in out
+    assert "sort_merge.cuda" in out and "fallback" in out

@@ -30,10 +30,28 @@ def elementwise_sources():
                                  target="cuda").sources.items()
 
 
+def topk_sources():
+    """Every topk/sort template for each key width and kind and both directions; the longest
+    private list (K=128, slow to compile) once per key width."""
+    dtypes = ["float16", "float32", "float64", "int32", "int64"]
+    for dtype, asc in itertools.product(dtypes, [False, True]):
+        f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=300, is_ascend=asc,
+                          target="cuda -arch=sm_90")  # radix, bitonic, merge
+        yield from f.sources.items()
+        f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=10, is_ascend=asc, dtype="int64",
+                          target="cuda -arch=sm_90")
+        yield from ((key, src) for key, src in f.sources.items() if key.startswith("topk_group"))
+    for dtype in ["float16", "float32", "int64"]:
+        f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=128, target="cuda -arch=sm_90")
+        yield from ((key, src) for key, src in f.sources.items() if key.startswith("topk_group"))
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_all_generated_cuda_compiles(nvrtc_or_skip, arch):
     count = 0
-    for key, src in dict(scan_sources(), **dict(elementwise_sources())).items():
+    sources = list(scan_sources()) + list(elementwise_sources()) + list(topk_sources())
+    assert any(key.startswith("topk_radix.cuda/") for key, _ in sources)
+    for key, src in sources:
         ptx = nvrtc.compile_to_ptx(src, arch)
         assert ".entry" in ptx, key
         count += 1

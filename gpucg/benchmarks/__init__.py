@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+
+#: benchmark name -> module under gpucg.benchmarks with a ``main(argv) -> int``
+BENCHMARKS = {"scan": "scan", "topk": "topk"}
+
 
 def run_benchmark(op: str, argv) -> int:
-    if op == "scan":
-        from .scan import main
-
-        return main(argv)
-    raise SystemExit(f"unknown benchmark {op!r}; known: scan")
+    if op not in BENCHMARKS:
+        raise SystemExit(f"unknown benchmark {op!r}; known: {', '.join(sorted(BENCHMARKS))}")
+    return importlib.import_module(f"{__name__}.{BENCHMARKS[op]}").main(argv)

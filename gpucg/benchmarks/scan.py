@@ -9,41 +9,28 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
-
 import numpy as np
 
 import gpucg
 from gpucg.runtime import backend_status, get_backend
+
+from .common import median_time, print_case, torch_cuda_time
 
 CPU_CASES = [("1-D 2^24", (1 << 24,), 0), ("(4096, 1024) axis=1", (4096, 1024), 1),
              ("(1024, 4096) axis=0", (1024, 4096), 0)]
 GPU_CASES = [("1-D 2^28", (1 << 28,), 0), ("(65536, 1024) axis=-1", (65536, 1024), -1)]
 
 
-def _median_time(fn, sync=lambda: None, repeat=10, warmup=2) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        out.append(time.perf_counter() - t0)
-    return float(np.median(out))
-
-
 def _peers(x: np.ndarray, axis: int, repeat: int):
-    rows = [("np.cumsum", _median_time(lambda: np.cumsum(x, axis=axis), repeat=repeat))]
+    rows = [("np.cumsum", median_time(lambda: np.cumsum(x, axis=axis), repeat=repeat))]
     try:
         import torch
 
         t = torch.from_numpy(x)
-        rows.append(("torch.cumsum (cpu)", _median_time(lambda: torch.cumsum(t, dim=axis), repeat=repeat)))
+        rows.append(("torch.cumsum (cpu)", median_time(lambda: torch.cumsum(t, dim=axis), repeat=repeat)))
         if torch.cuda.is_available():
             tg = t.cuda()
-            rows.append(("torch.cumsum (cuda)", _device_time_torch(lambda: torch.cumsum(tg, dim=axis), repeat)))
+            rows.append(("torch.cumsum (cuda)", torch_cuda_time(lambda: torch.cumsum(tg, dim=axis), repeat)))
     except ImportError:
         pass
     if backend_status("cuda")[0]:
@@ -53,22 +40,6 @@ def _peers(x: np.ndarray, axis: int, repeat: int):
         rows.append(("cupy.cumsum", float(np.median(get_backend("cuda").time(
             lambda: cupy.cumsum(xg, axis=axis), repeat=repeat)))))
     return rows
-
-
-def _device_time_torch(fn, repeat):
-    import torch
-
-    for _ in range(2):
-        fn()
-    out = []
-    for _ in range(repeat):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e) / 1e3)
-    return float(np.median(out))
 
 
 def _ours(x: np.ndarray, axis: int, repeat: int):
@@ -93,8 +64,8 @@ def overhead(repeat: int = 200) -> dict:
     """Warm eager call on 1000 elements (default target) beside np.cumsum."""
     x = np.ones(1000, np.float32)
     gpucg.ops.cumsum(x)
-    ours = _median_time(lambda: gpucg.ops.cumsum(x), repeat=repeat, warmup=5)
-    ref = _median_time(lambda: np.cumsum(x), repeat=repeat, warmup=5)
+    ours = median_time(lambda: gpucg.ops.cumsum(x), repeat=repeat, warmup=5)
+    ref = median_time(lambda: np.cumsum(x), repeat=repeat, warmup=5)
     return {"target": str(gpucg.default_target()), "eager_us": ours * 1e6, "np_cumsum_us": ref * 1e6}
 
 
@@ -117,19 +88,9 @@ def main(argv=()) -> int:
         x = rng.standard_normal(shape).astype(np.float32)
         gbytes = x.size * 8 / 1e9
         peers = _peers(x, axis, args.repeat)
-        base = peers[0][1]
-        print(f"\n{name}: {x.size} float32 elements")
-        print(f"  {'implementation':<42} {'ms':>9} {'ours/np':>8} {'GB/s':>8}  notes")
-        for label, t in peers:
-            print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.1f}")
-            results.append({"case": name, "impl": label, "seconds": t, "ratio_vs_np": t / base,
-                            "gbps": gbytes / t})
-        for label, t, err in _ours(x, axis, args.repeat):
-            ratios = "; ".join(f"ours/{pl} {t / pt:.2f}" for pl, pt in peers[1:])
-            print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.1f}  "
-                  f"rel err {err:.1e}{'; ' + ratios if ratios else ''}")
-            results.append({"case": name, "impl": label, "seconds": t, "ratio_vs_np": t / base,
-                            "gbps": gbytes / t, "rel_err": err})
+        ours = [(label, t, f"rel err {err:.1e}", {"rel_err": err})
+                for label, t, err in _ours(x, axis, args.repeat)]
+        print_case(name, f"{name}: {x.size} float32 elements", peers, ours, gbytes, results)
     ov = overhead()
     print(f"\nwarm eager call on 1000 elements ({ov['target']}): {ov['eager_us']:.1f} us; "
           f"np.cumsum: {ov['np_cumsum_us']:.1f} us")

@@ -10,7 +10,7 @@ GPU implementations, by plevel:
                 work-item keeps its best K in private memory, the work-group merges them in
                 local memory; rows are split over several work-groups when there are few,
                 and the candidates are merged by the same kernel.
-  topk_radix    k > 128 and (n >= 8192, or rows <= 32 and n >= 2048): radix select, 8 bits a
+  topk_radix    k > 128, n >= max(2048, 2k) and (n >= 8192 or rows <= 32): radix select, 8 bits a
                 pass over (key, index) with an early stop, several work-groups per row; the k
                 winners are filtered into a buffer and only they are sorted.
   sort_bitonic  n <= one block (4096 pairs; 2048 for 64-bit keys): one work-group sorts a row
@@ -236,8 +236,10 @@ def make_gpu_strategy(op_name: str):
             kk = group_k(v.k)
             entries = 4096 if keyp["kbits"] <= 32 else 2048
             wg_max = max(16, min(256, entries // kk))
-            wgs = tuple(w for w in (16, 32, 64, 128, 256) if w <= wg_max)
-            default_wg = min(wg_max, 64) if on_cpu else wg_max
+            wgs = tuple(w for w in (1, 4, 16, 32, 64, 128, 256) if w <= wg_max)
+            # a CPU core runs a work-item of one best scanning its own stretch of a row
+            # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
+            default_wg = 1 if on_cpu else wg_max
 
             def gparams(from_pairs, emit):
                 return lambda c: dict(wg=c["wg"], K=kk, from_pairs=from_pairs, emit=emit)
@@ -249,9 +251,9 @@ def make_gpu_strategy(op_name: str):
                 f"topk_group.{kind}", 12, functools.partial(_group_run, kk=kk), _specs(op_name, keyp, parts),
                 condition=n >= 2 * kk,
                 space=ConfigSpace({"wg": wgs, "per_item": (16, 64, 256, 1024),
-                                   "groups": (2, 16, 64, 256, 1024)},
-                                  {"wg": default_wg, "per_item": 64 if on_cpu else 16,
-                                   "groups": 16 if on_cpu else 1024})))
+                                   "groups": (2, 4, 16, 64, 256, 1024)},
+                                  {"wg": default_wg, "per_item": 1024 if on_cpu else 16,
+                                   "groups": 4 if on_cpu else 1024})))
         if v.k > GROUP_K_MAX:
             parts = {stage: ("radix.j2", (lambda st: lambda c: dict(
                 stage=st, wg=256 if st in ("init", "scan") else c["wg"],
@@ -266,8 +268,9 @@ def make_gpu_strategy(op_name: str):
                                 constraint=sort_space.constraint)
             s.add_implementation(Implementation(
                 f"topk_radix.{kind}", 10, _radix_run, _specs(op_name, keyp, parts),
-                condition=sympy.Or(n >= RADIX_N_MIN,
-                                   sympy.And(rows <= RADIX_FEW_ROWS, n >= RADIX_FEW_ROWS_N_MIN)),
+                # long rows, or few rows of moderate length; and k well below n (else sort)
+                condition=sympy.And(n >= max(RADIX_FEW_ROWS_N_MIN, 2 * v.k),
+                                    sympy.Or(n >= RADIX_N_MIN, rows <= RADIX_FEW_ROWS)),
                 space=space))
         s.add_implementation(Implementation(
             f"sort_bitonic.{kind}", 9, _sort_run,
@@ -283,41 +286,59 @@ def make_gpu_strategy(op_name: str):
 
 # -- the NumPy fallback ---------------------------------------------------------------------
 
+def _take_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``take_along_axis(a, idx, -1)`` for 2-D C-contiguous ``a``, by one flat np.take."""
+    rows, m = a.shape
+    flat = idx + (np.arange(rows, dtype=np.intp) * m)[:, None]
+    return np.take(a.reshape(-1), flat)
+
+
 def numpy_select(data: np.ndarray, attrs):
     """topk/sort/argsort on the host: argpartition, then a sort of only the k kept.
 
-    argpartition is asked for the k-th and (k+1)-th places; only rows where those two are
-    equal (a tie across the cut, whose members argpartition picks arbitrarily) are redone
-    with a stable sort, so the result is exact and, for distinct values, as fast as NumPy.
+    argpartition keeps the best k+1; they are sorted by (value, index). Rows where the
+    (k+1)-th equals the k-th (a tie across the cut, whose members argpartition picks
+    arbitrarily) are redone with a stable sort, so the result is exact and, for distinct
+    values, as fast as argpartition itself.
     """
     v = view(attrs)
     axis = normalize_axis(v.axis, data.ndim)
     xs = np.moveaxis(data, axis, -1)
     lead, n = xs.shape[:-1], xs.shape[-1]
     k = kept(n, v)
-    x = xs.reshape(-1, n)
+    x = np.ascontiguousarray(xs.reshape(int(np.prod(lead, dtype=np.int64)), n))
+    values = None
     if k == 0 or x.shape[0] == 0:
         order = np.empty((x.shape[0], k), np.intp)
     elif 2 * k >= n:
         order = stable_order(x, v.ascend)[:, :k]
     else:
-        cut = (k - 1, k) if v.ascend else (n - k, n - k - 1)
-        part = np.argpartition(x, sorted(cut), axis=-1)
-        sel = part[:, :k] if v.ascend else part[:, n - k:]
-        edge = np.take_along_axis(x, part[:, list(cut)], -1)
-        tie = edge[:, 0] == edge[:, 1]
+        # partition at the (k+1)-th place: the k+1 kept are the best k+1, whatever the ties
+        if v.ascend:
+            sel = np.argpartition(x, k, axis=-1)[:, :k + 1]
+        else:
+            sel = np.argpartition(x, n - k - 1, axis=-1)[:, n - k - 1:]
+        sel = np.sort(sel, axis=-1)  # index order, so the stable sort below breaks ties by index
+        vals = _take_rows(x, sel)
+        by_value = stable_order(vals, v.ascend)
+        order = _take_rows(sel, by_value)[:, :k]
+        ranked = _take_rows(vals, by_value)
+        # if the (k+1)-th equals the k-th, more elements tie at the cut than the k+1 seen
+        tie = ranked[:, k - 1] == ranked[:, k]
         if x.dtype.kind == "f":
-            tie |= np.isnan(edge[:, 0]) & np.isnan(edge[:, 1])
-        sel = np.sort(sel, axis=-1)
-        order = np.take_along_axis(sel, stable_order(np.take_along_axis(x, sel, -1), v.ascend), -1)
+            tie |= np.isnan(ranked[:, k - 1]) & np.isnan(ranked[:, k])
+        values = ranked[:, :k]
         if tie.any():
             order[tie] = stable_order(x[tie], v.ascend)[:, :k]
-    order = order.reshape(lead + (k,))
+            values = None
     out = {}
     if v.ret_type in ("both", "values"):
-        out["values"] = np.moveaxis(np.take_along_axis(xs, order, -1), -1, axis)
+        if values is None:
+            values = _take_rows(x, order)
+        out["values"] = np.moveaxis(values.reshape(lead + (k,)), -1, axis)
     if v.ret_type in ("both", "indices"):
-        out["indices"] = np.moveaxis(order.astype(v.index_dtype, copy=False), -1, axis)
+        out["indices"] = np.moveaxis(order.astype(v.index_dtype, copy=False).reshape(lead + (k,)),
+                                     -1, axis)
     return tuple(out.values())
 
 

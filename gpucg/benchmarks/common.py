@@ -1,0 +1,68 @@
+"""Timing helpers shared by the benchmarks: host wall clock, torch CUDA events."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def median_time(fn, sync=lambda: None, repeat=10, warmup=2) -> float:
+    """Median seconds per call of ``fn`` (wall clock; ``sync`` waits for the device)."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t0)
+    return float(np.median(out))
+
+
+def torch_cuda_time(fn, repeat: int) -> float:
+    """Median seconds per call of a torch CUDA function, timed with CUDA events."""
+    import torch
+
+    for _ in range(2):
+        fn()
+    out = []
+    for _ in range(repeat):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) / 1e3)
+    return float(np.median(out))
+
+
+def torch_or_none():
+    """The torch module if it is installed, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def print_case(case: str, title: str, peers, ours, gbytes: float, results: list) -> None:
+    """Print one case's table (peers first; ratios against the first peer and every other)
+    and append its rows to ``results``.
+
+    ``peers``: (label, seconds); ``ours``: (label, seconds, note, extra fields for the JSON).
+    """
+    base = peers[0][1]
+    print(f"\n{title}")
+    print(f"  {'implementation':<42} {'ms':>9} {'ours/np':>8} {'GB/s':>8}  notes")
+    for label, t in peers:
+        print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.2f}")
+        results.append({"case": case, "impl": label, "seconds": t, "ratio_vs_np": t / base,
+                        "gbps": gbytes / t})
+    for label, t, note, extra in ours:
+        ratios = "; ".join(f"ours/{pl} {t / pt:.2f}" for pl, pt in peers[1:])
+        print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.2f}  "
+              f"{note}{'; ' + ratios if ratios else ''}")
+        results.append({"case": case, "impl": label, "seconds": t, "ratio_vs_np": t / base,
+                        "gbps": gbytes / t, **extra})
