@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from . import api, shape
-from .strategy import _cond_str
 from .errors import GpucgError, InputError
 
 
@@ -86,7 +85,7 @@ def cmd_ops(args) -> int:
                 print(f"  {target}: {type(exc).__name__}: {exc}")
                 continue
             for impl in strategy.implementations:
-                cond = _cond_str(impl, None if impl.condition is None else impl.condition.decide())
+                cond = impl.describe_condition()
                 print(f"  {target:<18} {impl.name:<22} plevel {impl.plevel:>3}  if {cond}"
                       f"  (for inputs (n, m))")
     return 0

@@ -39,6 +39,18 @@ class Implementation:
     space: ConfigSpace = field(default_factory=ConfigSpace)
     options: tuple = ()
 
+    def describe_condition(self) -> str:
+        """The condition as the reports print it, with its verdict when the shapes decide it."""
+        if self.condition is None:
+            return "always"
+        if self.condition.expr is sympy.true:
+            return "always (for these shapes)"
+        if self.condition.expr is sympy.false:
+            return "never (for these shapes)"
+        decided = self.condition.decide()
+        text = str(self.condition.expr)
+        return text + (" (true here)" if decided is True else " (false here)" if decided is False else "")
+
     def __post_init__(self):
         if not isinstance(self.plevel, int) or isinstance(self.plevel, bool):
             raise StrategyError(f"{self.name}: plevel={self.plevel!r} must be an int")
@@ -120,17 +132,6 @@ class Selection:
         return "\n".join(head + rows)
 
 
-def _cond_str(impl: Implementation, decided) -> str:
-    if impl.condition is None:
-        return "always"
-    if impl.condition.expr is sympy.true:
-        return "always (for these shapes)"
-    if impl.condition.expr is sympy.false:
-        return "never (for these shapes)"
-    text = str(impl.condition.expr)
-    return text + (" (true here)" if decided is True else " (false here)" if decided is False else "")
-
-
 def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, target,
            records=None) -> Selection:
     """Choose among a strategy's implementations for these input types.
@@ -146,7 +147,7 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
     strategy.validate(symbols)
     impls = strategy.implementations
     decided = {i.name: (True if i.condition is None else i.condition.decide()) for i in impls}
-    cands = {i.name: Candidate(i.name, i.plevel, _cond_str(i, decided[i.name]), "", "")
+    cands = {i.name: Candidate(i.name, i.plevel, i.describe_condition(), "", "")
              for i in impls}
     alive = []
     for impl in impls:
