@@ -296,10 +296,11 @@ def _take_rows(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
 def numpy_select(data: np.ndarray, attrs):
     """topk/sort/argsort on the host: argpartition, then a sort of only the k kept.
 
-    argpartition keeps the best k+1; they are sorted by (value, index). Rows where the
-    (k+1)-th equals the k-th (a tie across the cut, whose members argpartition picks
-    arbitrarily) are redone with a stable sort, so the result is exact and, for distinct
-    values, as fast as argpartition itself.
+    argpartition keeps the best k+1, which are sorted by value. Rows with equal values among
+    them are redone: ties inside the kept k by a stable sort of those, a tie between the k-th
+    and (k+1)-th (a tie across the cut, whose members argpartition picks arbitrarily) by a
+    stable sort of the row. The result is exact and, for distinct values, costs little more
+    than argpartition itself.
     """
     v = view(attrs)
     axis = normalize_axis(v.axis, data.ndim)
@@ -318,19 +319,30 @@ def numpy_select(data: np.ndarray, attrs):
             sel = np.argpartition(x, k, axis=-1)[:, :k + 1]
         else:
             sel = np.argpartition(x, n - k - 1, axis=-1)[:, n - k - 1:]
-        sel = np.sort(sel, axis=-1)  # index order, so the stable sort below breaks ties by index
         vals = _take_rows(x, sel)
-        by_value = stable_order(vals, v.ascend)
-        order = _take_rows(sel, by_value)[:, :k]
+        # by value alone (fast, not stable); rows with equal neighbours are redone below
+        by_value = np.argsort(vals, axis=-1) if v.ascend else \
+            (k - np.argsort(vals[:, ::-1], axis=-1))[:, ::-1]
         ranked = _take_rows(vals, by_value)
-        # if the (k+1)-th equals the k-th, more elements tie at the cut than the k+1 seen
-        tie = ranked[:, k - 1] == ranked[:, k]
+        eq = ranked[:, 1:] == ranked[:, :-1]
         if x.dtype.kind == "f":
-            tie |= np.isnan(ranked[:, k - 1]) & np.isnan(ranked[:, k])
+            eq |= np.isnan(ranked[:, 1:]) & np.isnan(ranked[:, :-1])
+        order = _take_rows(sel, by_value)[:, :k]
         values = ranked[:, :k]
-        if tie.any():
-            order[tie] = stable_order(x[tie], v.ascend)[:, :k]
-            values = None
+        inner = eq[:, :k - 1].any(-1)
+        cut = eq[:, k - 1]  # the (k+1)-th ties with the k-th: which ones are kept is arbitrary
+        if inner.any() or cut.any():
+            values = values.copy()
+            fix = np.flatnonzero(inner & ~cut)
+            if fix.size:  # ties inside the kept: a stable sort of them in index order
+                s_idx = np.sort(sel[fix], axis=-1)
+                s_val = _take_rows(x[fix], s_idx)
+                order[fix] = _take_rows(s_idx, stable_order(s_val, v.ascend))[:, :k]
+            fix_cut = np.flatnonzero(cut)
+            if fix_cut.size:  # ties across the cut: a stable sort of the whole row
+                order[fix_cut] = stable_order(x[fix_cut], v.ascend)[:, :k]
+            fix = np.concatenate([fix, fix_cut])
+            values[fix] = _take_rows(x[fix], order[fix])
     out = {}
     if v.ret_type in ("both", "values"):
         if values is None:
