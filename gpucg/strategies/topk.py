@@ -335,14 +335,17 @@ def numpy_select(data: np.ndarray, attrs):
             values = values.copy()
             fix = np.flatnonzero(inner & ~cut)
             if fix.size:  # ties inside the kept: a stable sort of them in index order
-                s_idx = np.sort(sel[fix], axis=-1)
-                s_val = _take_rows(x[fix], s_idx)
-                order[fix] = _take_rows(s_idx, stable_order(s_val, v.ascend))[:, :k]
-            fix_cut = np.flatnonzero(cut)
-            if fix_cut.size:  # ties across the cut: a stable sort of the whole row
-                order[fix_cut] = stable_order(x[fix_cut], v.ascend)[:, :k]
-            fix = np.concatenate([fix, fix_cut])
-            values[fix] = _take_rows(x[fix], order[fix])
+                by_index = np.argsort(sel[fix], axis=-1)
+                s_idx = _take_rows(np.ascontiguousarray(sel[fix]), by_index)
+                s_val = _take_rows(vals[fix], by_index)
+                stable = stable_order(s_val, v.ascend)[:, :k]
+                order[fix] = _take_rows(s_idx, stable)
+                values[fix] = _take_rows(s_val, stable)
+            fix = np.flatnonzero(cut)
+            if fix.size:  # ties across the cut: a stable sort of the whole row (rare)
+                rows = x[fix]
+                order[fix] = stable_order(rows, v.ascend)[:, :k]
+                values[fix] = _take_rows(rows, order[fix])
     out = {}
     if v.ret_type in ("both", "values"):
         if values is None:
