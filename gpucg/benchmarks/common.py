@@ -66,3 +66,13 @@ def print_case(case: str, title: str, peers, ours, gbytes: float, results: list)
               f"{note}{'; ' + ratios if ratios else ''}")
         results.append({"case": case, "impl": label, "seconds": t, "ratio_vs_np": t / base,
                         "gbps": gbytes / t, **extra})
+
+
+def banner(op: str) -> str:
+    """The first line of a benchmark's output: the machine and the usable targets."""
+    import platform
+
+    import gpucg
+
+    return (f"gpucg bench {op} on {platform.node()}; targets: "
+            + ", ".join(f"{t.name}={t.device}" for t in gpucg.targets() if t.usable))

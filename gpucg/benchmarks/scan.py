@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import numpy as np
 
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from .common import median_time, print_case, torch_cuda_time
+from .common import banner, median_time, print_case, torch_cuda_time
 
 CPU_CASES = [("1-D 2^24", (1 << 24,), 0), ("(4096, 1024) axis=1", (4096, 1024), 1),
              ("(1024, 4096) axis=0", (1024, 4096), 0)]
@@ -82,8 +81,7 @@ def main(argv=()) -> int:
         cases = [(name + " /64", tuple(max(1, d // 8) for d in shape), ax) for name, shape, ax in cases]
     rng = np.random.default_rng(0)
     results = []
-    print(f"gpucg bench scan on {platform.node()}; targets: "
-          + ", ".join(f"{t.name}={t.device}" for t in gpucg.targets() if t.usable))
+    print(banner("scan"))
     for name, shape, axis in cases:
         x = rng.standard_normal(shape).astype(np.float32)
         gbytes = x.size * 8 / 1e9

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 
 import numpy as np
 
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from .common import median_time, print_case, torch_cuda_time, torch_or_none
+from .common import banner, median_time, print_case, torch_cuda_time, torch_or_none
 
 #: (name, shape, k): the issue's cases, then the two the CPU goals name
 CASES = [("(1, 2^24) k=10", (1, 1 << 24), 10), ("(1, 2^24) k=1000", (1, 1 << 24), 1000),
@@ -75,8 +74,7 @@ def main(argv=()) -> int:
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     rng = np.random.default_rng(0)
     results = []
-    print(f"gpucg bench topk on {platform.node()}; targets: "
-          + ", ".join(f"{t.name}={t.device}" for t in gpucg.targets() if t.usable))
+    print(banner("topk"))
     for name, shape, k in cases:
         x = rng.standard_normal(shape).astype(np.float32)
         gbytes = x.size * 4 / 1e9
