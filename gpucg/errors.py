@@ -105,3 +105,21 @@ def describe(value: object, limit: int = 60) -> str:
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{text} ({type(value).__name__})"
+
+
+def require_int(name: str, value) -> int:
+    """``value`` as an int, or AttrError naming the attribute (bools are not ints here)."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise AttrError(f"{name}={describe(value)} must be an int")
+    return int(value)
+
+
+def require_bool(name: str, value) -> bool:
+    """``value`` as a bool, or AttrError naming the attribute."""
+    import numpy as np
+
+    if not isinstance(value, (bool, np.bool_)):
+        raise AttrError(f"{name}={describe(value)} must be a bool")
+    return bool(value)

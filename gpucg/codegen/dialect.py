@@ -71,7 +71,7 @@ class Dialect:
         """The largest value of the kernel index type, as a literal."""
         if not wide:
             return "0x7FFFFFFF"
-        return f"(({self.types['int64']})0x7FFFFFFFFFFFFFFF{'LL' if self.u64_suffix == 'ULL' else 'L'})"
+        return f"(({self.types['int64']})0x7FFFFFFFFFFFFFFF{self.u64_suffix.removeprefix('U')})"
 
     def atomic_add(self, ptr: str, value: str) -> str:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""

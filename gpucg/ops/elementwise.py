@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AttrError, DTypeError, InputError, describe
+from ..errors import DTypeError, InputError, require_int
 from ..op import (OpPattern, register_broadcast_schedule, register_injective_schedule,
                   register_op, register_reduce_schedule)
 from ..shape import TensorType, simplify_dim
@@ -59,9 +59,7 @@ class ReduceAttrs:
     axis: int = -1
 
     def __post_init__(self):
-        if isinstance(self.axis, (bool, np.bool_)) or not isinstance(self.axis, (int, np.integer)):
-            raise AttrError(f"axis={describe(self.axis)} must be an int")
-        object.__setattr__(self, "axis", int(self.axis))
+        object.__setattr__(self, "axis", require_int("axis", self.axis))
 
 
 def _sum_rel(inputs, attrs: ReduceAttrs):

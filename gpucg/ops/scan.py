@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AttrError, DTypeError, InputError, describe
+from ..errors import AttrError, DTypeError, InputError, describe, require_bool
 from ..op import OpPattern, register_op
 from ..shape import TensorType, dtype_name, simplify_dim
 
@@ -37,9 +37,7 @@ class ScanAttrs:
             object.__setattr__(self, "axis", int(self.axis))
         if self.dtype is not None:
             object.__setattr__(self, "dtype", dtype_name(self.dtype, "dtype", OUT_DTYPES))
-        if not isinstance(self.exclusive, (bool, np.bool_)):
-            raise AttrError(f"exclusive={describe(self.exclusive)} must be a bool")
-        object.__setattr__(self, "exclusive", bool(self.exclusive))
+        object.__setattr__(self, "exclusive", require_bool("exclusive", self.exclusive))
 
 
 def normalize_axis(axis: int, ndim: int, arg: str = "axis") -> int:

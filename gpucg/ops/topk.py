@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AttrError, DTypeError, describe
+from ..errors import AttrError, DTypeError, describe, require_bool, require_int
 from ..op import Constraint, OpPattern, register_op
 from ..shape import TensorType, dtype_name, simplify_dim
 from .scan import normalize_axis
@@ -21,18 +21,6 @@ from .scan import normalize_axis
 IN_DTYPES = ("float16", "float32", "float64", "int32", "int64")
 INDEX_DTYPES = ("int32", "int64")
 RET_TYPES = ("both", "values", "indices")
-
-
-def _check_int(name: str, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise AttrError(f"{name}={describe(value)} must be an int")
-    return int(value)
-
-
-def _check_bool(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise AttrError(f"{name}={describe(value)} must be a bool")
-    return bool(value)
 
 
 @dataclass(frozen=True)
@@ -54,12 +42,12 @@ class TopkAttrs:
     dtype: str = "int32"
 
     def __post_init__(self):
-        object.__setattr__(self, "k", _check_int("k", self.k))
-        object.__setattr__(self, "axis", _check_int("axis", self.axis))
+        object.__setattr__(self, "k", require_int("k", self.k))
+        object.__setattr__(self, "axis", require_int("axis", self.axis))
         if self.ret_type not in RET_TYPES:
             raise AttrError(f"ret_type={describe(self.ret_type)} is not allowed; allowed: "
                             f"{', '.join(map(repr, RET_TYPES))}")
-        object.__setattr__(self, "is_ascend", _check_bool("is_ascend", self.is_ascend))
+        object.__setattr__(self, "is_ascend", require_bool("is_ascend", self.is_ascend))
         object.__setattr__(self, "dtype", dtype_name(self.dtype, "dtype", INDEX_DTYPES))
 
 
@@ -71,8 +59,8 @@ class SortAttrs:
     is_ascend: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "axis", _check_int("axis", self.axis))
-        object.__setattr__(self, "is_ascend", _check_bool("is_ascend", self.is_ascend))
+        object.__setattr__(self, "axis", require_int("axis", self.axis))
+        object.__setattr__(self, "is_ascend", require_bool("is_ascend", self.is_ascend))
 
 
 @dataclass(frozen=True)
@@ -84,8 +72,8 @@ class ArgsortAttrs:
     dtype: str = "int32"
 
     def __post_init__(self):
-        object.__setattr__(self, "axis", _check_int("axis", self.axis))
-        object.__setattr__(self, "is_ascend", _check_bool("is_ascend", self.is_ascend))
+        object.__setattr__(self, "axis", require_int("axis", self.axis))
+        object.__setattr__(self, "is_ascend", require_bool("is_ascend", self.is_ascend))
         object.__setattr__(self, "dtype", dtype_name(self.dtype, "dtype", INDEX_DTYPES))
 
 

@@ -39,15 +39,13 @@ RADIX_N_MIN = 8192
 RADIX_FEW_ROWS = 32
 RADIX_FEW_ROWS_N_MIN = 2048
 
-_BITS = {"float16": 16, "float32": 32, "float64": 64, "int32": 32, "int64": 64}
 _INF = {16: 0x7C00, 32: 0x7F800000, 64: 0x7FF0000000000000}
 _NAN = {16: 0x7E00, 32: 0x7FC00000, 64: 0x7FF8000000000000}
-_UINT = {16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
 def key_params(dtype: str, ascend: bool, index_dtype: str) -> dict:
     """Template parameters of the order key for a data dtype and direction."""
-    bits = _BITS[dtype]
+    bits = np.dtype(dtype).itemsize * 8
     return dict(kbits=bits, is_float=dtype.startswith("float"), ascend=bool(ascend),
                 oidx=index_dtype, abs_mask=(1 << (bits - 1)) - 1, inf_bits=_INF[bits],
                 nan_bits=_NAN[bits])
@@ -72,7 +70,7 @@ class _Problem:
     k: int
     values: object
     indices: object
-    ukey: type
+    ukey: np.dtype  # the unsigned dtype of the data's width: order keys are stored in it
 
 
 def _problem(ctx) -> _Problem | None:
@@ -93,7 +91,8 @@ def _problem(ctx) -> _Problem | None:
     indices = outs.get("indices")
     if indices is None:
         indices = ctx.empty(tuple(shape), np.dtype(v.index_dtype))
-    return _Problem(data, n, inner, outer * inner, k, values, indices, _UINT[_BITS[np.dtype(data.dtype).name]])
+    return _Problem(data, n, inner, outer * inner, k, values, indices,
+                    np.dtype(f"u{np.dtype(data.dtype).itemsize}"))
 
 
 # -- running --------------------------------------------------------------------------------
@@ -210,6 +209,15 @@ def _merge_parts() -> dict:
     return {"merge": ("merge.j2", mrg(False)), "merge_emit": ("merge.j2", mrg(True))}
 
 
+RADIX_STAGES = ("init", "hist", "scan", "filter")
+
+
+def _radix_params(stage: str):
+    """Template parameters of one radix stage; init and scan run one work-group of 256 per row."""
+    return lambda c: dict(stage=stage, wg=256 if stage in ("init", "scan") else c["wg"],
+                          chunk=c["wg"] * c["chunk_items"])
+
+
 def _sort_space(block: int, on_cpu: bool) -> ConfigSpace:
     wgs = (128, 256, 512, 1024)
     return ConfigSpace(
@@ -234,8 +242,7 @@ def make_gpu_strategy(op_name: str):
         s = Strategy()
         if 1 <= v.k <= GROUP_K_MAX:
             kk = group_k(v.k)
-            entries = 4096 if keyp["kbits"] <= 32 else 2048
-            wg_max = max(16, min(256, entries // kk))
+            wg_max = max(16, min(256, block // kk))  # wg * K pairs fit one sort block
             wgs = tuple(w for w in (1, 4, 16, 32, 64, 128, 256) if w <= wg_max)
             # a CPU core runs a work-item of one best scanning its own stretch of a row
             # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
@@ -255,10 +262,7 @@ def make_gpu_strategy(op_name: str):
                                   {"wg": default_wg, "per_item": 1024 if on_cpu else 16,
                                    "groups": 4 if on_cpu else 1024})))
         if v.k > GROUP_K_MAX:
-            parts = {stage: ("radix.j2", (lambda st: lambda c: dict(
-                stage=st, wg=256 if st in ("init", "scan") else c["wg"],
-                chunk=c["wg"] * c["chunk_items"]))(stage))
-                for stage in ("init", "hist", "scan", "filter")}
+            parts = {stage: ("radix.j2", _radix_params(stage)) for stage in RADIX_STAGES}
             parts.update(_sort_parts("cand_", True))
             parts.update(_merge_parts())
             space = ConfigSpace({"wg": sort_space.knobs["wg"], "items": sort_space.knobs["items"],
