@@ -57,6 +57,38 @@ def _size_checks(op, input_types, attrs) -> list:
     return open_
 
 
+def _force(strategy, name: str, op_name: str, target):
+    """A strategy of the one implementation ``name`` (with or without ".<target kind>").
+
+    Its condition, unless the shapes decide it true, becomes a size check of the dispatcher;
+    one the shapes decide false is an error here.
+    """
+    import sympy
+
+    from .op import Constraint
+    from .strategy import Strategy
+
+    names = [i.name for i in strategy.implementations]
+    found = [i for i in strategy.implementations if name in (i.name, i.name.rsplit(".", 1)[0])]
+    if not found:
+        raise InputError(f"{op_name}: impl={name!r} is not an implementation on {target}; "
+                         f"allowed: {', '.join(names)}")
+    chosen = found[0]
+    check = []
+    if chosen.condition is not None:
+        verdict = chosen.condition.decide()
+        if verdict is False:
+            raise InputError(f"{op_name}: impl={name!r} does not apply to these shapes: "
+                             f"{chosen.describe_condition()}")
+        if verdict is None:
+            check = [Constraint(chosen.condition.expr,
+                                f"{op_name}: the forced implementation {chosen.name} needs "
+                                f"{sympy.sstr(chosen.condition.expr)}, false for these sizes")]
+    forced = Strategy()
+    forced.add_implementation(dataclasses.replace(chosen, condition=None))
+    return forced, check
+
+
 class RunContext:
     """What an implementation's ``run`` sees: attrs, config, arrays, and its kernels."""
 
@@ -96,7 +128,7 @@ class CompiledOp:
         last_impl: the name of the implementation the most recent call ran (None before one).
     """
 
-    def __init__(self, op_name: str, input_types, target=None, records=None, **attrs):
+    def __init__(self, op_name: str, input_types, target=None, records=None, impl=None, **attrs):
         self.op = get_op(op_name)
         self.attrs = self.op.make_attrs(**attrs)
         self.input_types = tuple(input_types)
@@ -112,11 +144,15 @@ class CompiledOp:
         checks = _size_checks(self.op, self.input_types, self.attrs)
         attrs_dict = dataclasses.asdict(self.attrs)
         strategy = self.op.strategy(self.attrs, self.input_types, self.output_types, target=target)
+        if impl is not None:
+            strategy, check = _force(strategy, impl, op_name, target)
+            checks += check
         self.selection: Selection = select(op_name, strategy, self.input_types, self.output_types,
                                            attrs_dict, target, records)
         if ok:
             self._check_dtypes()
-        self.dispatcher_source = _dispatch.generate(self.selection, self.op.input_names, checks)
+        self.dispatcher_source = _dispatch.generate(
+            self.selection, self.op.input_names[:len(self.input_types)], checks)
         namespace = {"_inputs": self._inputs, "_run": self._run, "_bad_dim": _bad_dim,
                      "_bad_input": _bad_input}
         exec(builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec"), namespace)
@@ -133,10 +169,11 @@ class CompiledOp:
 
     def _check_dtypes(self) -> None:
         backend = self.backend
-        if not hasattr(backend, "supports") or self.op.kernel_info.get("bits_only"):
+        if not hasattr(backend, "supports"):
             return
+        storage = self.op.kernel_info.get("storage_dtypes", ())
         for t in self.input_types + self.output_types:
-            if not backend.supports(t.dtype):
+            if t.dtype not in storage and not backend.supports(t.dtype):
                 raise DTypeError(f"{self.op.name}: dtype {t.dtype} is not supported by the "
                                  f"device of target {self.target}")
 
@@ -225,15 +262,19 @@ class CompiledOp:
         return outputs[0] if len(outputs) == 1 else outputs
 
     def __call__(self, *arrays):
-        if len(arrays) != self.op.num_inputs:
-            raise SignatureError(f"{self.op.name} takes {self.op.num_inputs} input(s) "
-                                 f"({', '.join(self.op.input_names)}), got {len(arrays)}")
+        if len(arrays) != len(self.input_types):
+            raise SignatureError(f"{self.op.name} was compiled for {len(self.input_types)} input(s) "
+                                 f"({', '.join(self.op.input_names[:len(self.input_types)])}), "
+                                 f"got {len(arrays)}")
         require_usable(self.target)
         return self._dispatch(*arrays)
 
 
-def compile(op: str, *input_types, target=None, records=None, **attrs) -> CompiledOp:  # noqa: A001
+def compile(op: str, *input_types, target=None, records=None, impl=None, **attrs) -> CompiledOp:  # noqa: A001
     """Compile an operator for input types (shapes may hold gpucg.var symbols).
+
+    ``impl`` names one implementation to use instead of selecting (e.g. "direct"): for tests,
+    comparisons and benchmarks. Its condition is still checked, at run time if need be.
 
     Example:
         >>> n = gpucg.var("n")
@@ -241,7 +282,7 @@ def compile(op: str, *input_types, target=None, records=None, **attrs) -> Compil
         >>> f(np.ones((3, 1024), np.float32)).shape
         (3, 1024)
     """
-    return CompiledOp(op, input_types, target=target, records=records, **attrs)
+    return CompiledOp(op, input_types, target=target, records=records, impl=impl, **attrs)
 
 
 def explain(op: str, *input_types, target=None, records=None, **attrs) -> Selection:
@@ -256,18 +297,21 @@ _EAGER_MAX = 256
 _eager_lock = threading.Lock()
 
 
-def eager_signature(arrays, names) -> tuple[TensorType, ...]:
+def eager_signature(arrays, names, static=()) -> tuple[TensorType, ...]:
     """Symbolic input types for arrays: 0 and 1 stay constant, equal sizes share a symbol.
 
-    Calls whose shapes differ only in the other sizes share one compiled operator.
+    ``static[i]`` is a set of axes of input i that stay constant too (sizes the operator
+    specializes on, such as conv2d's channels). Calls whose shapes differ only in the other
+    sizes share one compiled operator.
     """
     symbols: dict[int, object] = {}
     types = []
-    for name, x in zip(names, arrays):
+    for i, (name, x) in enumerate(zip(names, arrays)):
         dims = []
-        for d in x.shape:
+        keep = static[i] if i < len(static) else ()
+        for axis, d in enumerate(x.shape):
             d = int(d)
-            if d in (0, 1):
+            if d in (0, 1) or axis in keep:
                 dims.append(d)
             else:
                 if d not in symbols:
@@ -280,6 +324,7 @@ def eager_signature(arrays, names) -> tuple[TensorType, ...]:
 def call(op_name: str, arrays, target=None, **attrs):
     """Run an operator eagerly on arrays; the compiled operator is memoized by signature."""
     op = get_op(op_name)
+    op.check_count(len(arrays))
     attrs_obj = op.make_attrs(**attrs)
     kinds = []
     for name, x in zip(op.input_names, arrays):
@@ -294,7 +339,8 @@ def call(op_name: str, arrays, target=None, **attrs):
     else:
         target = Target(target)
     require_usable(target)
-    types = eager_signature(arrays, op.input_names)
+    static = op.static_axes(attrs_obj) if op.static_axes is not None else ()
+    types = eager_signature(arrays, op.input_names, static)
     key = (op_name, attrs_obj, types, str(target))
     with _eager_lock:
         compiled = _EAGER.get(key)

@@ -75,19 +75,23 @@ def cmd_ops(args) -> int:
     for name in list_ops():
         op = get_op(name)
         print(f"{name} ({op.pattern.value}, inputs: {', '.join(op.input_names)}): {op.doc}")
-        sample = tuple(shape.tensor((n, m), "float32") for _ in op.input_names)
+        if op.example is not None:
+            sample, attrs = op.example()
+        else:
+            sample, attrs = tuple(shape.tensor((n, m), "float32") for _ in op.input_names), {}
+        shown = ", ".join(map(str, sample)) + "".join(f", {k}={v!r}" for k, v in attrs.items())
         for target in ("cuda", "opencl", "opencl -device=cpu", "numpy"):
             t = Target(target)
             try:
-                outs = op.infer(sample, op.make_attrs())
-                strategy = op.strategy(op.make_attrs(), sample, outs, target=t)
+                outs = op.infer(sample, op.make_attrs(**attrs))
+                strategy = op.strategy(op.make_attrs(**attrs), sample, outs, target=t)
             except Exception as exc:  # a user-registered strategy may fail; keep listing
                 print(f"  {target}: {type(exc).__name__}: {exc}")
                 continue
             for impl in strategy.implementations:
                 cond = impl.describe_condition()
                 print(f"  {target:<18} {impl.name:<22} plevel {impl.plevel:>3}  if {cond}"
-                      f"  (for inputs (n, m))")
+                      f"  (for {shown})")
     return 0
 
 

@@ -38,6 +38,12 @@ class OpDef:
     #: ``(input_types, attrs) -> [Constraint]``: size rules the type relation cannot check
     #: while sizes are symbolic; checked at compile time when decided, else by the dispatcher
     constraints: Callable | None = None
+    #: how many of the last inputs may be left out (conv2d's bias)
+    optional_inputs: int = 0
+    #: ``() -> (input_types, attrs dict)``: a typical call, for ``gpucg ops``
+    example: Callable | None = None
+    #: ``attrs -> (set of axes per input)``: sizes the eager path keeps constant
+    static_axes: Callable | None = None
 
     def make_attrs(self, **kwargs):
         """Validated attributes from keyword arguments; unknown names are an error."""
@@ -50,11 +56,18 @@ class OpDef:
                             f"{', '.join(names) or 'none'}")
         return self.attrs(**kwargs)
 
+    def check_count(self, count: int) -> None:
+        """AttrError unless ``count`` inputs are allowed (optional ones may be left out)."""
+        low = self.num_inputs - self.optional_inputs
+        if not low <= count <= self.num_inputs:
+            takes = f"{self.num_inputs}" if not self.optional_inputs else f"{low} to {self.num_inputs}"
+            optional = (f"; the last {self.optional_inputs} optional" if self.optional_inputs else "")
+            raise AttrError(f"{self.name} takes {takes} input(s) ({', '.join(self.input_names)}"
+                            f"{optional}), got {count}")
+
     def infer(self, input_types, attrs):
         """Output types from input types and attributes (the type relation)."""
-        if len(input_types) != self.num_inputs:
-            raise AttrError(f"{self.name} takes {self.num_inputs} input(s) "
-                            f"({', '.join(self.input_names)}), got {len(input_types)}")
+        self.check_count(len(input_types))
         out = self.type_rel(tuple(input_types), attrs)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
@@ -82,7 +95,9 @@ class NoAttrs:
 
 def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: Callable,
                 pattern: OpPattern, reference: Callable, input_names=None, kernel_info=None,
-                doc: str = "", override: bool = False, constraints: Callable | None = None) -> OpDef:
+                doc: str = "", override: bool = False, constraints: Callable | None = None,
+                optional_inputs: int = 0, example: Callable | None = None,
+                static_axes: Callable | None = None) -> OpDef:
     """Register an operator.
 
     Args:
@@ -95,6 +110,13 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
         input_names: names of the inputs (default x0, x1...).
         constraints: ``(input_types, attrs) -> [Constraint]``, size rules to check when the
             sizes are known (at compile time, or in the generated dispatcher).
+        kernel_info: facts the shared machinery reads; ``storage_dtypes`` lists dtypes the
+            kernels only load, store or convert (never compute in), so a device without
+            arithmetic in them still runs the operator.
+        optional_inputs: how many trailing inputs may be left out.
+        example: ``() -> (input_types, attrs)``, a typical call that ``gpucg ops`` shows.
+        static_axes: ``attrs -> (axes, axes, ...)``, per input the axes that eager calls
+            compile as constants (the type relation needs them constant).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise OpError(f"operator name={describe(name)} must be an identifier")
@@ -104,7 +126,8 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
         raise OpError(f"{name}: attrs must be a dataclass, got {describe(attrs)}")
     names = tuple(input_names or (f"x{i}" for i in range(num_inputs)))
     op = OpDef(name, attrs, num_inputs, type_rel, OpPattern(pattern), reference, names,
-               GenericFunc(f"{name}_strategy"), dict(kernel_info or {}), doc, constraints)
+               GenericFunc(f"{name}_strategy"), dict(kernel_info or {}), doc, constraints,
+               optional_inputs, example, static_axes)
     _OPS[name] = op
     return op
 

@@ -29,6 +29,8 @@ class Implementation:
         kernels: ``config -> {key: KernelSpec}`` for kernel implementations, None for host code.
         run: ``ctx -> None``: launches the kernels (or computes on the host) into ctx.outputs.
         options: compiler options.
+        guard: the static requirements in words (e.g. "3x3 kernel, stride 1"), shown by the
+            reports when they fail; the strategy then passes a condition of ``sympy.false``.
     """
 
     name: str
@@ -38,6 +40,7 @@ class Implementation:
     condition: SpecializedCondition | None = None
     space: ConfigSpace = field(default_factory=ConfigSpace)
     options: tuple = ()
+    guard: str = ""
 
     def describe_condition(self) -> str:
         """The condition as the reports print it, with its verdict when the shapes decide it."""
@@ -46,7 +49,7 @@ class Implementation:
         if self.condition.expr is sympy.true:
             return "always (for these shapes)"
         if self.condition.expr is sympy.false:
-            return "never (for these shapes)"
+            return f"never: needs {self.guard}" if self.guard else "never (for these shapes)"
         decided = self.condition.decide()
         text = str(self.condition.expr)
         return text + (" (true here)" if decided is True else " (false here)" if decided is False else "")
@@ -153,7 +156,8 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
     for impl in impls:
         if decided[impl.name] is False:
             cands[impl.name].verdict = "excluded"
-            cands[impl.name].reason = "condition is false for these shapes"
+            cands[impl.name].reason = ("its guard fails for this call" if impl.guard else
+                                       "condition is false for these shapes")
         else:
             alive.append(impl)
     ordered = sorted(alive, key=lambda i: -i.plevel)  # stable: registration order on ties

@@ -32,6 +32,10 @@ class Dialect:
     device_fn: str = ""
     #: suffix that makes a hex literal 64-bit unsigned
     u64_suffix: str = "UL"
+    #: the 16-bit float type as a storage format, and what a kernel needs to name it (OpenCL
+    #: needs nothing: vload_half/vstore_half are core, unlike half arithmetic)
+    half_storage: str = "half"
+    half_preamble: str = ""
 
     def local_id(self, dim: int = 0) -> str:
         return f"threadIdx.{_AXES[dim]}" if self.name == "cuda" else f"get_local_id({dim})"
@@ -77,6 +81,24 @@ class Dialect:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
         return f"atomicAdd({ptr}, {value})" if self.name == "cuda" else f"atomic_add({ptr}, {value})"
 
+    def storage(self, half: bool) -> str:
+        """The element type of a float buffer: float, or 16-bit half kept only in memory."""
+        return self.half_storage if half else "float"
+
+    def load(self, ptr: str, index: str, half: bool) -> str:
+        """``ptr[index]`` as a float; half buffers are converted (no half arithmetic needed)."""
+        if not half:
+            return f"{ptr}[{index}]"
+        return f"__half2float({ptr}[{index}])" if self.name == "cuda" else f"vload_half({index}, {ptr})"
+
+    def store(self, ptr: str, index: str, value: str, half: bool) -> str:
+        """A statement storing the float ``value`` at ``ptr[index]`` (rounded to nearest for half)."""
+        if not half:
+            return f"{ptr}[{index}] = {value};"
+        if self.name == "cuda":
+            return f"{ptr}[{index}] = __float2half_rn({value});"
+        return f"vstore_half_rte({value}, {index}, {ptr});"
+
     def index_type(self, wide: bool) -> str:
         return self.types["int64"] if wide else "int"
 
@@ -103,6 +125,8 @@ CUDA = Dialect(
     utypes={16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"},
     device_fn="__device__ __forceinline__",
     u64_suffix="ULL",
+    half_storage="__half",
+    half_preamble="#include <cuda_fp16.h>",
 )
 
 OPENCL = Dialect(

@@ -174,7 +174,7 @@ for _name, _attrs, _doc in (
                 pattern=OpPattern.OPAQUE, reference=_reference(_name), input_names=("data",),
                 doc=_doc, constraints=_constraints,
                 # the kernels compare and move bit patterns only: no float16/64 arithmetic
-                kernel_info={"bits_only": True})
+                kernel_info={"storage_dtypes": IN_DTYPES})
 
 
 def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32", *, target=None):

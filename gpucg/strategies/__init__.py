@@ -1,5 +1,5 @@
 """Strategies: for each operator, its implementations on every target."""
 
-from . import generic, scan, topk  # noqa: F401
+from . import conv2d, generic, scan, topk  # noqa: F401
 
-__all__ = ["generic", "scan", "topk"]
+__all__ = ["conv2d", "generic", "scan", "topk"]
