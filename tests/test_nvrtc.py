@@ -46,11 +46,38 @@ def topk_sources():
         yield from ((key, src) for key, src in f.sources.items() if key.startswith("topk_group"))
 
 
+def conv2d_sources():
+    """Every conv2d kernel (winograd both tiles and its weight transform, direct, depthwise,
+    the pre-transformed path) for float32, float16 and float16 in / float32 out, in each
+    layout pairing, with and without bias and relu, 32- and 64-bit indexing."""
+    h, w = gpucg.var("h"), gpucg.var("w")
+    kinds = [("float32", None, False), ("float16", None, True), ("float16", "float32", True)]
+    layouts = [("NCHW", "OIHW"), ("NHWC", "HWIO"), ("NCHW", "HWIO")]
+    for (dtype, out, fused), (dl, kl) in itertools.product(kinds, layouts):
+        data = gpucg.tensor((n, 16, h, w) if dl == "NCHW" else (n, h, w, 16), dtype)
+        extra = [gpucg.tensor((32,), dtype)] if fused else []
+        attrs = dict(padding=1, data_layout=dl, kernel_layout=kl, out_dtype=out,
+                     activation="relu" if fused else None, target="cuda -arch=sm_90")
+        wshape = (32, 16, 3, 3) if kl == "OIHW" else (3, 3, 16, 32)
+        for impl in ("winograd_4x4", "winograd_2x2", "direct"):
+            yield from gpucg.compile("conv2d", data, gpucg.tensor(wshape, dtype), *extra, impl=impl,
+                                     **attrs).sources.items()
+        dshape = (32, 1, 5, 5) if kl == "OIHW" else (5, 5, 1, 32)
+        yield from gpucg.compile("conv2d", data, gpucg.tensor(dshape, dtype), *extra, groups=16,
+                                 strides=2, **dict(attrs, padding="SAME")).sources.items()
+    f = gpucg.compile("conv2d_winograd_without_weight_transform", gpucg.tensor((n, 16, 20, 20)),
+                      gpucg.tensor((6, 6, 32, 16)), target="cuda")
+    yield from f.sources.items()
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_all_generated_cuda_compiles(nvrtc_or_skip, arch):
     count = 0
-    sources = list(scan_sources()) + list(elementwise_sources()) + list(topk_sources())
+    sources = list(scan_sources()) + list(elementwise_sources()) + list(topk_sources()) + \
+        list(conv2d_sources())
     assert any(key.startswith("topk_radix.cuda/") for key, _ in sources)
+    for impl in ("winograd_4x4", "winograd_2x2", "direct", "depthwise"):
+        assert any(key.startswith(f"{impl}.cuda/") for key, _ in sources), impl
     for key, src in sources:
         ptx = nvrtc.compile_to_ptx(src, arch)
         assert ".entry" in ptx, key

@@ -32,8 +32,9 @@ class Dialect:
     device_fn: str = ""
     #: suffix that makes a hex literal 64-bit unsigned
     u64_suffix: str = "UL"
-    #: the 16-bit float type as a storage format, and what a kernel needs to name it (OpenCL
-    #: needs nothing: vload_half/vstore_half are core, unlike half arithmetic)
+    #: the 16-bit float type as a storage format, and what a kernel needs to convert it (OpenCL
+    #: needs nothing: vload_half/vstore_half are core, unlike half arithmetic; CUDA converts
+    #: with one PTX instruction each way, so no cuda_fp16.h, which NVRTC cannot always find)
     half_storage: str = "half"
     half_preamble: str = ""
 
@@ -89,14 +90,14 @@ class Dialect:
         """``ptr[index]`` as a float; half buffers are converted (no half arithmetic needed)."""
         if not half:
             return f"{ptr}[{index}]"
-        return f"__half2float({ptr}[{index}])" if self.name == "cuda" else f"vload_half({index}, {ptr})"
+        return f"gpucg_h2f({ptr}[{index}])" if self.name == "cuda" else f"vload_half({index}, {ptr})"
 
     def store(self, ptr: str, index: str, value: str, half: bool) -> str:
         """A statement storing the float ``value`` at ``ptr[index]`` (rounded to nearest for half)."""
         if not half:
             return f"{ptr}[{index}] = {value};"
         if self.name == "cuda":
-            return f"{ptr}[{index}] = __float2half_rn({value});"
+            return f"{ptr}[{index}] = gpucg_f2h({value});"
         return f"vstore_half_rte({value}, {index}, {ptr});"
 
     def index_type(self, wide: bool) -> str:
@@ -125,8 +126,12 @@ CUDA = Dialect(
     utypes={16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"},
     device_fn="__device__ __forceinline__",
     u64_suffix="ULL",
-    half_storage="__half",
-    half_preamble="#include <cuda_fp16.h>",
+    half_storage="unsigned short",
+    half_preamble=(
+        "__device__ __forceinline__ float gpucg_h2f(unsigned short h) {\n"
+        "    float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f;\n}\n"
+        "__device__ __forceinline__ unsigned short gpucg_f2h(float f) {\n"
+        "    unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n}"),
 )
 
 OPENCL = Dialect(
