@@ -105,14 +105,14 @@ def test_bench_quick(capsys):
 
     assert bench(["--quick", "--repeat", "1", "--json"]) == 0
     out = capsys.readouterr().out
-    assert "ours/np" in out and "GB/s" in out and "np.cumsum" in out and "warm eager call" in out
+    assert "/peer0" in out and "GB/s" in out and "np.cumsum" in out and "warm eager call" in out
     assert np.isfinite(float(out.split("warm eager call on 1000 elements")[1].split(":")[1].split("us")[0]))
 
 
 def test_bench_topk_quick(capsys):
     code, out, _ = run(capsys, "bench", "topk", "--quick", "--repeat", "1", "--json")
     assert code == 0, out
-    assert "numpy argpartition+sort" in out and "ours/np" in out and "GB/s" in out
+    assert "numpy argpartition+sort" in out and "/peer0" in out and "GB/s" in out
     assert "VALUES DIFFER" not in out
     assert "gpucg numpy [topk_partition.numpy]" in out
 
@@ -124,3 +124,36 @@ def test_explain_topk_shows_size_conditions(capsys):
     assert "dispatch at run time" in out
     assert "topk_radix.cuda" in out and "n >= 8192" in out and "m <= 32" in out
     assert "sort_merge.cuda" in out and "fallback" in out
+
+
+def test_bench_conv2d_quick(capsys):
+    code, out, _ = run(capsys, "bench", "conv2d", "--quick", "--repeat", "1", "--cases",
+                       "64x56x56,stem,576x14x14", "--json")
+    assert code == 0, out
+    assert "numpy einsum (window view)" in out and "TFLOP/s" in out and "/peer0" in out
+    assert "TOO LARGE" not in out
+    assert "gpucg numpy [conv2d_im2col.numpy]" in out
+    assert out.count("\nresnet 3x3") == 1 and "stem 7x7/2" in out and "depthwise 3x3 576" in out
+
+
+def test_explain_conv2d_shows_the_winograd_guard(capsys):
+    code, out, _ = run(capsys, "explain", "conv2d", "--input", "n,64,h,w:float32", "--input",
+                       "64,64,3,3:float32", "--attr", "padding=1", "--target", "cuda")
+    assert code == 0, out
+    assert "dispatch at run time" in out
+    assert "winograd_4x4.cuda" in out and "(h >= 14) & (w >= 14)" in out
+    assert "depthwise.cuda" in out and "never: needs groups == input channels > 1" in out
+    code, out, _ = run(capsys, "explain", "conv2d", "--input", "8,64,56,56:float32", "--input",
+                       "64,64,3,3:float32", "--attr", "padding=1", "--attr", "strides=2",
+                       "--target", "cuda")
+    assert code == 0, out
+    assert "never: needs 3x3 kernel, stride 1, dilation 1, groups 1" in out
+    assert "its guard fails for this call" in out
+    assert "direct.cuda" in out and "selected" in out
+
+
+def test_ops_lists_conv2d_with_its_example(capsys):
+    code, out, _ = run(capsys, "ops")
+    assert code == 0, out
+    assert "conv2d (opaque, inputs: data, weight, bias)" in out
+    assert "winograd_4x4.cuda" in out and "(h >= 14) & (w >= 14)" in out

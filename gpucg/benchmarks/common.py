@@ -47,25 +47,28 @@ def torch_or_none():
     return torch
 
 
-def print_case(case: str, title: str, peers, ours, gbytes: float, results: list) -> None:
+def print_case(case: str, title: str, peers, ours, work: float, results: list,
+               unit: str = "GB/s") -> None:
     """Print one case's table (peers first; ratios against the first peer and every other)
     and append its rows to ``results``.
 
-    ``peers``: (label, seconds); ``ours``: (label, seconds, note, extra fields for the JSON).
+    ``peers``: (label, seconds); ``ours``: (label, seconds, note, extra fields for the JSON);
+    ``work``: the case's bytes (in GB) or FLOPs (in TFLOP) as ``unit`` ("GB/s", "TFLOP/s") says.
     """
     base = peers[0][1]
+    key = {"GB/s": "gbps", "TFLOP/s": "tflops"}[unit]
     print(f"\n{title}")
-    print(f"  {'implementation':<42} {'ms':>9} {'ours/np':>8} {'GB/s':>8}  notes")
+    print(f"  {'implementation':<42} {'ms':>9} {'/peer0':>8} {unit:>8}  notes")
     for label, t in peers:
-        print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.2f}")
-        results.append({"case": case, "impl": label, "seconds": t, "ratio_vs_np": t / base,
-                        "gbps": gbytes / t})
+        print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {work / t:8.3f}")
+        results.append({"case": case, "impl": label, "seconds": t, "ratio_vs_peer0": t / base,
+                        key: work / t})
     for label, t, note, extra in ours:
         ratios = "; ".join(f"ours/{pl} {t / pt:.2f}" for pl, pt in peers[1:])
-        print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {gbytes / t:8.2f}  "
+        print(f"  {label:<42} {t * 1e3:9.3f} {t / base:8.2f} {work / t:8.3f}  "
               f"{note}{'; ' + ratios if ratios else ''}")
-        results.append({"case": case, "impl": label, "seconds": t, "ratio_vs_np": t / base,
-                        "gbps": gbytes / t, **extra})
+        results.append({"case": case, "impl": label, "seconds": t, "ratio_vs_peer0": t / base,
+                        key: work / t, **extra})
 
 
 def banner(op: str) -> str:
