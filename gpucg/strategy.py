@@ -29,8 +29,8 @@ class Implementation:
         kernels: ``config -> {key: KernelSpec}`` for kernel implementations, None for host code.
         run: ``ctx -> None``: launches the kernels (or computes on the host) into ctx.outputs.
         options: compiler options.
-        guard: the static requirements in words (e.g. "3x3 kernel, stride 1"), shown by the
-            reports when they fail; the strategy then passes a condition of ``sympy.false``.
+        guard: set when static requirements fail: them in words (e.g. "3x3 kernel, stride 1"),
+            shown by the reports; the strategy then passes a condition of ``sympy.false``.
     """
 
     name: str

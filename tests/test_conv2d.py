@@ -263,33 +263,35 @@ def test_eager_and_batch_zero(target):
     assert empty.shape == (0, 4, 7, 7)
 
 
+def _calls(small: bool):
+    """Random conv2d calls: sizes, every attribute, layouts, bias and relu."""
+    lo = 2 if small else 3
+    return st.fixed_dictionaries(dict(
+        n=st.integers(1, lo), cg=st.integers(1, lo), og=st.integers(1, lo + 2),
+        groups=st.integers(1, lo), h=st.integers(1, 9 if small else 12),
+        w=st.integers(1, 9 if small else 12), kh=st.integers(1, lo + 1), kw=st.integers(1, lo + 1),
+        sh=st.integers(1, lo), sw=st.integers(1, lo), dh=st.integers(1, 2), dw=st.integers(1, 2),
+        pads=st.one_of(st.sampled_from(["SAME", "VALID"]), st.tuples(*[st.integers(0, lo)] * 4)),
+        nhwc=st.booleans(), hwio=st.booleans(), bias=st.booleans(), relu=st.booleans()))
+
+
 @settings(max_examples=30, deadline=None)
-@given(n=st.integers(1, 3), cg=st.integers(1, 4), og=st.integers(1, 5), groups=st.integers(1, 3),
-       h=st.integers(1, 12), w=st.integers(1, 12), kh=st.integers(1, 4), kw=st.integers(1, 4),
-       sh=st.integers(1, 3), sw=st.integers(1, 3), dh=st.integers(1, 2), dw=st.integers(1, 2),
-       pads=st.one_of(st.sampled_from(["SAME", "VALID"]), st.tuples(*[st.integers(0, 3)] * 4)),
-       nhwc=st.booleans(), hwio=st.booleans(), bias=st.booleans(), relu=st.booleans())
-def test_hypothesis_numpy(n, cg, og, groups, h, w, kh, kw, sh, sw, dh, dw, pads, nhwc, hwio,
-                          bias, relu):
-    _hypothesis_case("numpy", None, **locals())
+@given(call=_calls(small=False))
+def test_hypothesis_numpy(call):
+    _hypothesis_case("numpy", None, **call)
 
 
 @settings(max_examples=8, deadline=None)
-@given(n=st.integers(1, 2), cg=st.integers(1, 3), og=st.integers(1, 3), groups=st.integers(1, 2),
-       h=st.integers(1, 9), w=st.integers(1, 9), kh=st.integers(1, 3), kw=st.integers(1, 3),
-       sh=st.integers(1, 2), sw=st.integers(1, 2), dh=st.integers(1, 2), dw=st.integers(1, 2),
-       pads=st.one_of(st.sampled_from(["SAME", "VALID"]), st.tuples(*[st.integers(0, 2)] * 4)),
-       nhwc=st.booleans(), hwio=st.booleans(), bias=st.booleans(), relu=st.booleans())
-def test_hypothesis_opencl_direct(n, cg, og, groups, h, w, kh, kw, sh, sw, dh, dw, pads, nhwc,
-                                  hwio, bias, relu):
+@given(call=_calls(small=True))
+def test_hypothesis_opencl_direct(call):
     from conftest import backend_or_skip
 
     backend_or_skip("opencl")
-    _hypothesis_case("opencl", "direct", **locals())
+    _hypothesis_case("opencl", "direct", **call)
 
 
 def _hypothesis_case(target, impl, n, cg, og, groups, h, w, kh, kw, sh, sw, dh, dw, pads, nhwc,
-                     hwio, bias, relu, **_):
+                     hwio, bias, relu):
     if pads != "SAME":
         span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
         pt, pl, pb, pr = (0, 0, 0, 0) if pads == "VALID" else pads
@@ -352,6 +354,9 @@ def test_bad_dtypes_and_arrays(target):
     with pytest.raises(gpucg.InputError, match="impl='winograd_2x2' does not apply.*needs 3x3"):
         gpucg.compile("conv2d", gpucg.tensor((1, 3, 8, 8)), gpucg.tensor((2, 3, 5, 5)),
                       target="cuda", impl="winograd_2x2")
+    with pytest.raises(gpucg.InputError, match=r"impl='winograd_4x4' does not apply.*\(for these"):
+        gpucg.compile("conv2d", gpucg.tensor((1, 3, 8, 8)), gpucg.tensor((2, 3, 3, 3)),
+                      target="cuda", impl="winograd_4x4")
     with pytest.raises(gpucg.InputError, match="not a transformed weight for tile_size=4"):
         gpucg.ops.conv2d_winograd_without_weight_transform(x, np.ones((4, 4, 2, 3), np.float32),
                                                            target=target)
@@ -377,3 +382,18 @@ def test_dtype_the_device_lacks_is_a_clear_error(monkeypatch):
     assert y(x, np.ones((2, 2, 3, 3), np.float16))[0, 0, 2, 2] == 18
     with pytest.raises(gpucg.DTypeError, match="cumsum: dtype float64 is not supported by the device"):
         gpucg.compile("cumsum", gpucg.tensor((4,), "float64"), target="opencl")
+
+
+def test_winograd_switches_to_64_bit_indexing_for_large_tiles(monkeypatch):
+    """The transformed tiles (alpha^2 x C x tiles) outgrow 32-bit indexing before the tensors
+    do; the run then uses the 64-bit variants (shown here with a lowered limit)."""
+    from conftest import backend_or_skip
+
+    from gpucg.strategies import conv2d as strategies
+
+    backend_or_skip("opencl")
+    monkeypatch.setattr(strategies, "INT_MAX", 1000)
+    ins = arrays(2, 4, 16, 15, 6, 3, 3, bias=True)
+    got, f = run("opencl", ins, impl="winograd_4x4", padding=1)
+    check(got, ins, dict(padding=1))
+    assert {key[2] for key in f._programs} == {False, True}  # weight 32-bit, the rest 64-bit

@@ -71,6 +71,19 @@ def print_case(case: str, title: str, peers, ours, work: float, results: list,
                         key: work / t, **extra})
 
 
+def parser(op: str, quick_help: str):
+    """The options every benchmark takes: --json, --repeat, --quick, --targets."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog=f"gpucg bench {op}")
+    p.add_argument("--json", action="store_true", help="print the results as JSON too")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    p.add_argument("--targets", default="cuda,opencl,numpy",
+                   help="comma-separated gpucg targets to time (default: every usable one)")
+    return p
+
+
 def banner(op: str) -> str:
     """The first line of a benchmark's output: the machine and the usable targets."""
     import platform

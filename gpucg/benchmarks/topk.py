@@ -7,7 +7,6 @@ timings keep the data on the device; the NumPy-fallback row times host arrays.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from .common import banner, median_time, print_case, torch_cuda_time, torch_or_none
+from .common import banner, median_time, parser, print_case, torch_cuda_time, torch_or_none
 
 #: (name, shape, k): the issue's cases, then the two the CPU goals name
 CASES = [("(1, 2^24) k=10", (1, 1 << 24), 10), ("(1, 2^24) k=1000", (1, 1 << 24), 1000),
@@ -61,12 +60,7 @@ def _ours(x: np.ndarray, k: int, want: np.ndarray, repeat: int, targets):
 
 
 def main(argv=()) -> int:
-    p = argparse.ArgumentParser(prog="gpucg bench topk")
-    p.add_argument("--json", action="store_true", help="print the results as JSON too")
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--quick", action="store_true", help="smaller cases (for smoke tests)")
-    p.add_argument("--targets", default="cuda,opencl,numpy",
-                   help="comma-separated gpucg targets to time (default: every usable one)")
+    p = parser("topk", "smaller cases (for smoke tests)")
     args = p.parse_args(list(argv))
     cases = CASES + ([] if backend_status("cuda")[0] else CPU_CASES)
     if args.quick:

@@ -321,20 +321,29 @@ def epilogue(y: np.ndarray, bias, activation, out_dtype) -> np.ndarray:
     return y.astype(out_dtype, copy=False)
 
 
+def host_view(data, weight, attrs, acc):
+    """(x NCHW, w OIHW, (top, left, bottom, right), oh, ow) of host arrays, in dtype ``acc``."""
+    x = to_nchw(data, attrs.data_layout).astype(acc, copy=False)
+    w = to_oihw(weight, attrs.kernel_layout).astype(acc, copy=False)
+    h, wd = x.shape[2:]
+    kh, kw = w.shape[2:]
+    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    pads = pads_for(attrs, h, wd, kh, kw)
+    oh = (h + pads[0] + pads[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (wd + pads[1] + pads[3] - (kw - 1) * dw - 1) // sw + 1
+    return x, w, pads, oh, ow
+
+
 def reference_conv(data, weight, bias, attrs, out_dtype, acc=np.float64) -> np.ndarray:
     """conv2d by shift and accumulate: one channel contraction per kernel tap (in ``acc``).
 
     A different algorithm from the im2col of the NumPy target, so the two check each other.
     """
-    x = to_nchw(data, attrs.data_layout).astype(acc)
-    w = to_oihw(weight, attrs.kernel_layout).astype(acc)
-    n, c, h, wd = x.shape
+    x, w, (pt, pl, pb, pr), oh, ow = host_view(data, weight, attrs, acc)
+    n, c = x.shape[:2]
     o, i, kh, kw = w.shape
     g = attrs.groups
     (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
-    pt, pl, pb, pr = pads_for(attrs, h, wd, kh, kw)
-    oh = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1
-    ow = (wd + pl + pr - (kw - 1) * dw - 1) // sw + 1
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     y = np.zeros((n, g, o // g, oh, ow), acc)
     xg = xp.reshape(n, g, c // g, xp.shape[2], xp.shape[3])
