@@ -117,6 +117,10 @@ class RunContext:
         """A size argument in the kernel's index type."""
         return self.idx(value)
 
+    def widened(self) -> "RunContext":
+        """The same call with 64-bit indexing (for scratch that outgrows 32-bit indices)."""
+        return RunContext(self.compiled, self.index, self.inputs, self.outputs, True)
+
 
 class CompiledOp:
     """An operator compiled for a (possibly symbolic) signature on one target.

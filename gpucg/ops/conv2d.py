@@ -130,7 +130,9 @@ class WinogradAttrs:
         if self.out_dtype is not None:
             object.__setattr__(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype", DTYPES))
 
-    # the fixed parts of the convolution, so both ops share one view
+    # the fixed parts of the convolution, so both ops share one view (the transformed
+    # weight has no kernel layout of its own; OIHW names the untransformed one)
+    kernel_layout = "OIHW"
     strides = (1, 1)
     dilation = (1, 1)
     groups = 1

@@ -18,7 +18,6 @@ import functools
 import numpy as np
 import sympy
 
-from ..api import RunContext
 from ..autotune.space import ConfigSpace
 from ..codegen import Code, KernelSpec
 from ..op import get_op
@@ -215,7 +214,7 @@ def _winograd_run(m: int, transform: bool, geo, wg: int):
         p = k.n * th * tw
         if not ctx.wide and alpha * alpha * max(geo.c, geo.o) * p > INT_MAX:
             # the transformed tiles outgrow 32-bit indices before the tensors do
-            ctx = RunContext(ctx.compiled, ctx.index, ctx.inputs, ctx.outputs, True)
+            ctx = ctx.widened()
             s = ctx.size
         v = ctx.empty((alpha * alpha * geo.c * p,), np.float32)
         ctx.kernel("input")(k.data, v, s(k.n), s(k.h), s(k.w), s(th), s(tw), np.int32(k.pt),
@@ -251,7 +250,7 @@ def _gemm_space(m_rows: int, on_cpu: bool) -> ConfigSpace:
 def _common_params(attrs, geo, data_dtype: str, out_dtype: str, has_bias: bool) -> dict:
     return dict(half=data_dtype == "float16", out_half=out_dtype == "float16",
                 nchw=attrs.data_layout == "NCHW",
-                oihw=getattr(attrs, "kernel_layout", "OIHW") == "OIHW",
+                oihw=attrs.kernel_layout == "OIHW",
                 C=geo.c, O=geo.o, Cg=geo.cg, Og=geo.og, KH=geo.kh, KW=geo.kw,
                 SH=attrs.strides[0], SW=attrs.strides[1], DH=attrs.dilation[0],
                 DW=attrs.dilation[1], has_bias=has_bias, relu=attrs.activation == "relu")
