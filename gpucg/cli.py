@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, shape
+from . import compiled as api, shape
 from .errors import GpucgError, InputError
 
 
@@ -225,7 +225,7 @@ def cmd_demo(args) -> int:
 
 
 def api_stats() -> str:
-    from .runtime import stats
+    from . import counters as stats
 
     s = stats.snapshot()
     return ", ".join(f"{k} {v}" for k, v in s.items())

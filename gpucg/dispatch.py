@@ -22,11 +22,30 @@ def _param_names(input_names, symbols) -> list[str]:
     return out
 
 
-def generate(sel: Selection, input_names, checks=()) -> str:
+def _bare(src: str) -> str:
+    """``src`` without parentheses around the whole of it: "(n >= 300)" -> "n >= 300"."""
+    while src.startswith("(") and src.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(src):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(src) - 1:
+                return src
+        src = src[1:-1]
+    return src
+
+
+def _tuple(items) -> str:
+    items = list(items)
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -> str:
     """Python source of ``dispatch(*inputs)`` for a selection.
 
     ``checks`` are :class:`gpucg.op.Constraint` objects the sizes must satisfy; each becomes an
-    ``if`` that raises InputError with its message filled in from the actual sizes.
+    ``if`` that raises InputError with its message filled in from the actual sizes. ``wide``
+    forces 64-bit (True) or 32-bit (False) indexing; None decides it from the sizes.
     """
     from .condition import SpecializedCondition
 
@@ -41,7 +60,7 @@ def generate(sel: Selection, input_names, checks=()) -> str:
         f"# attrs: {', '.join(f'{k}={v!r}' for k, v in sel.attrs.items()) or 'none'}",
         f"def dispatch({', '.join(params)}):",
         f'    """{ins} -> {outs}"""',
-        f"    ({', '.join(params)},), _host = _inputs({', '.join(params)})",
+        f"    {_tuple(params)}, _host = _inputs({', '.join(params)})",
     ]
     bound: dict = {}
     for name, t in zip(params, sel.input_types):
@@ -68,14 +87,13 @@ def generate(sel: Selection, input_names, checks=()) -> str:
                 lines.append(f"        _bad_dim({name!r}, {axis}, {name}.shape[{axis}], "
                              f"'{dim} = %d' % {pyexpr(dim)})")
     for c in checks:
-        values = ", ".join(pyexpr(v) for v in c.values)
-        lines.append(f"    if not ({SpecializedCondition(c.ok).to_python()}):")
+        values = ", ".join(_bare(pyexpr(v)) for v in c.values)
+        cond = SpecializedCondition(c.ok).to_python()
+        lines.append(f"    if not ({_bare(cond)}):")
         lines.append(f"        _bad_input({c.message!r}.format({values}))")
-    out_shapes = []
-    for t in sel.output_types:
-        dims = [pyexpr(d) if not isinstance(d, int) else str(d) for d in t.shape]
-        out_shapes.append("(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")")
-    lines.append(f"    _outs = ({', '.join(out_shapes)},)")
+    out_shapes = [_tuple(_bare(pyexpr(d)) if not isinstance(d, int) else str(d) for d in t.shape)
+                  for t in sel.output_types]
+    lines.append(f"    _outs = {_tuple(out_shapes)}")
     sizes = []
     for t in list(sel.input_types) + list(sel.output_types):
         n = sympy.sympify(t.numel)
@@ -85,16 +103,21 @@ def generate(sel: Selection, input_names, checks=()) -> str:
                 sizes.append(src)
     static_max = max([int(sympy.sympify(t.numel)) for t in list(sel.input_types)
                       + list(sel.output_types) if sympy.sympify(t.numel).is_Integer] or [0])
-    if sizes:
-        lines.append(f"    _wide = max({static_max}, {', '.join(sizes)}) > {INT_MAX}")
-    else:
+    sizes = [_bare(s) for s in sizes]
+    if wide is not None:
+        lines.append(f"    _wide = {wide}  # {'64' if wide else '32'}-bit indexing, as compiled")
+    elif static_max > INT_MAX or not sizes:
         lines.append(f"    _wide = {static_max > INT_MAX}")
-    args = f"({', '.join(params)},)"
+    elif len(sizes) == 1:
+        lines.append(f"    _wide = {sizes[0]} > {INT_MAX}")
+    else:
+        lines.append(f"    _wide = max({', '.join(sizes)}) > {INT_MAX}")
+    args = _tuple(params)
     for i, choice in enumerate(sel.choices):
         impl = choice.impl
         if choice.condition is not None:
             lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()})")
-            lines.append(f"    if {choice.condition.to_python()}:")
+            lines.append(f"    if {_bare(choice.condition.to_python())}:")
             lines.append(f"        return _run({i}, {args}, _outs, _wide, _host)")
         else:
             tag = "the fallback" if i else "always"

@@ -1,9 +1,14 @@
-"""The operator registry: attributes, type relations, patterns, strategies, references."""
+"""The operator registry: attributes, type relations, patterns, strategies, references.
+
+The registry knows no operator: ``gpucg.builtin`` registers the built-in families, and a user
+registers more with :func:`register_op` and :func:`register_strategy`.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -20,6 +25,24 @@ class OpPattern(enum.Enum):
     OPAQUE = "opaque"
 
 
+@dataclass(frozen=True)
+class KernelInfo:
+    """What the shared schedules (gpucg.strategies.generic) and the runtime read of an operator.
+
+    Attributes:
+        storage_dtypes: dtypes the kernels only load, store or convert (never compute in), so
+            a device without arithmetic in them still runs the operator.
+        expr: elementwise operators: ``(operand C expressions..., C type) -> C expression``.
+        combine: reductions: ``(accumulator, value) -> C expression`` of the combined value.
+        identity: reductions: the C literal the accumulator starts from.
+    """
+
+    storage_dtypes: tuple = ()
+    expr: Callable | None = None
+    combine: Callable | None = None
+    identity: str | None = None
+
+
 @dataclass
 class OpDef:
     """Everything gpucg knows about one operator."""
@@ -32,8 +55,8 @@ class OpDef:
     reference: Callable
     input_names: tuple[str, ...]
     strategy: GenericFunc
-    #: for simple elementwise and reduce ops: what the shared schedules need (see strategies/generic.py)
-    kernel_info: dict = field(default_factory=dict)
+    #: what the shared schedules and the runtime read (see :class:`KernelInfo`)
+    kernel_info: KernelInfo = field(default_factory=KernelInfo)
     doc: str = ""
     #: ``(input_types, attrs) -> [Constraint]``: size rules the type relation cannot check
     #: while sizes are symbolic; checked at compile time when decided, else by the dispatcher
@@ -44,6 +67,8 @@ class OpDef:
     example: Callable | None = None
     #: ``attrs -> (set of axes per input)``: sizes the eager path keeps constant
     static_axes: Callable | None = None
+    #: the module that registered the operator ("gpucg.ops.scan")
+    module: str = ""
 
     def make_attrs(self, **kwargs):
         """Validated attributes from keyword arguments; unknown names are an error."""
@@ -110,9 +135,7 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
         input_names: names of the inputs (default x0, x1...).
         constraints: ``(input_types, attrs) -> [Constraint]``, size rules to check when the
             sizes are known (at compile time, or in the generated dispatcher).
-        kernel_info: facts the shared machinery reads; ``storage_dtypes`` lists dtypes the
-            kernels only load, store or convert (never compute in), so a device without
-            arithmetic in them still runs the operator.
+        kernel_info: a :class:`KernelInfo`: facts the shared machinery reads.
         optional_inputs: how many trailing inputs may be left out.
         example: ``() -> (input_types, attrs)``, a typical call that ``gpucg ops`` shows.
         static_axes: ``attrs -> (axes, axes, ...)``, per input the axes that eager calls
@@ -125,29 +148,27 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
     if not dataclasses.is_dataclass(attrs):
         raise OpError(f"{name}: attrs must be a dataclass, got {describe(attrs)}")
     names = tuple(input_names or (f"x{i}" for i in range(num_inputs)))
+    if kernel_info is not None and not isinstance(kernel_info, KernelInfo):
+        raise OpError(f"{name}: kernel_info={describe(kernel_info)} must be a gpucg.KernelInfo")
+    module = sys._getframe(1).f_globals.get("__name__", "")
     op = OpDef(name, attrs, num_inputs, type_rel, OpPattern(pattern), reference, names,
-               GenericFunc(f"{name}_strategy"), dict(kernel_info or {}), doc, constraints,
-               optional_inputs, example, static_axes)
+               GenericFunc(f"{name}_strategy"), kernel_info or KernelInfo(), doc, constraints,
+               optional_inputs, example, static_axes, module)
     _OPS[name] = op
     return op
 
 
 def get_op(name: str) -> OpDef:
     """The registered operator, or OpError listing the known ones."""
-    if name not in _OPS:
-        _load_builtin_ops()
-    if name not in _OPS:
+    op = _OPS.get(name)
+    if op is None:
         raise OpError(f"unknown operator {name!r}; known: {', '.join(sorted(_OPS))}")
-    return _OPS[name]
+    return op
 
 
 def list_ops() -> list[str]:
-    _load_builtin_ops()
+    """The names of every registered operator, sorted."""
     return sorted(_OPS)
-
-
-def _load_builtin_ops() -> None:
-    from . import ops  # noqa: F401  (registers the built-in operators)
 
 
 def register_strategy(op_name: str, keys, func: Callable | None = None, override: bool = False):
@@ -162,35 +183,14 @@ def register_schedule(op_name: str, keys, func: Callable | None = None, override
     return register_strategy(op_name, keys, func, override)
 
 
-def _register_generic(op_name: str, kind: str, override: bool) -> None:
-    from .strategies import generic
+def register_strategies(table: dict, override: bool = False) -> None:
+    """Register a family's strategies on every target at once.
 
-    op = get_op(op_name)
-    gpu, cpu = generic.make_strategies(op_name, kind)
-    op.strategy.register(["gpu"], gpu, override=override)
-    op.strategy.register(["cpu"], cpu, override=override)
-
-
-def register_injective_schedule(op_name: str, override: bool = False) -> None:
-    """Give an elementwise operator the shared injective kernel on every target.
-
-    The operator's ``kernel_info["expr"]`` is a function ``(x: str, dtype: str) -> C expr``.
+    ``table`` maps operator name -> {target key: strategy function}, as each built-in
+    strategies module's ``STRATEGIES``; an unknown operator or a key registered twice is an
+    OpError or StrategyError naming it.
     """
-    _register_generic(op_name, "injective", override)
-
-
-def register_broadcast_schedule(op_name: str, override: bool = False) -> None:
-    """Give a binary operator the shared NumPy-broadcasting kernel on every target.
-
-    The operator's ``kernel_info["expr"]`` is ``(a: str, b: str, dtype: str) -> C expr``.
-    """
-    _register_generic(op_name, "broadcast", override)
-
-
-def register_reduce_schedule(op_name: str, override: bool = False) -> None:
-    """Give a one-axis reduction the shared reduce kernel on every target.
-
-    The operator's ``kernel_info`` holds ``combine`` ``(a, b) -> C expr`` and ``identity``
-    (a C literal); its attrs have ``axis``.
-    """
-    _register_generic(op_name, "reduce", override)
+    for op_name, by_key in table.items():
+        op = get_op(op_name)
+        for key, func in by_key.items():
+            op.strategy.register([key], func, override=override)

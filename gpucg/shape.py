@@ -111,10 +111,61 @@ def tensor(shape, dtype: str = "float32") -> TensorType:
 
 def simplify_dim(value):
     """An int when the expression is constant, else the SymPy expression."""
+    if type(value) is int:
+        return value
     value = sympy.sympify(value)
     if value.is_Integer:
         return int(value)
     return value
+
+
+def normalize_axis(axis: int, ndim: int, arg: str = "axis") -> int:
+    """``axis`` in 0..ndim-1, or InputError naming the allowed range."""
+    if not -ndim <= axis < ndim:
+        allowed = f"{-ndim}..{ndim - 1}" if ndim else "none (the input is 0-d; use axis=None)"
+        raise InputError(f"{arg}={axis} is out of range for an input of rank {ndim}; allowed: {allowed}")
+    return axis % ndim
+
+
+def product(dims):
+    """The product of sizes (ints or SymPy expressions), simplified; 1 for none."""
+    out = 1
+    for d in dims:
+        out = out * d
+    return out if type(out) is int else simplify_dim(out)
+
+
+def split_axis(shape, axis: int | None):
+    """(outer, n, inner) of ``shape`` around ``axis``: the sizes before it, its own, after it.
+
+    ``axis`` None views the flattened shape as one axis. Ints stay ints; symbolic sizes give
+    SymPy expressions. Every operator that works along one axis uses this view.
+    """
+    shape = tuple(shape)
+    if axis is None:
+        return 1, product(shape), 1
+    axis = normalize_axis(axis, len(shape))
+    return product(shape[:axis]), simplify_dim(shape[axis]), product(shape[axis + 1:])
+
+
+def broadcast_shapes(op: str, *types) -> tuple:
+    """NumPy broadcasting over ints and symbols; a symbol must equal the other size or meet a 1."""
+    rank = max((len(t.shape) for t in types), default=0)
+    out = []
+    for i in range(1, rank + 1):
+        size = 1
+        for t in types:
+            d = t.shape[-i] if i <= len(t.shape) else 1
+            if d == 1 or d == size:
+                continue
+            if size == 1:
+                size = d
+                continue
+            shapes = " and ".join(str(t.shape) for t in types)
+            raise InputError(f"{op}: shapes {shapes} do not broadcast "
+                             f"(dimension -{i}: {size} vs {d})")
+        out.append(size)
+    return tuple(out[::-1])
 
 
 class _PyPrinter:

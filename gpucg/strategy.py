@@ -1,11 +1,17 @@
-"""Implementations, strategies, and selection among them."""
+"""Strategies and selection: which implementations a call is offered, and which one runs.
+
+A strategy function offers declared implementations (gpucg.implementation) for one call with
+:meth:`Strategy.add` (a plevel, a condition over the shapes, template parameters) or excludes
+them with a reason (:meth:`Strategy.exclude`); :func:`select` chooses among what is offered.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Mapping
 
 import sympy
 
@@ -13,72 +19,59 @@ from .autotune.records import workload_key
 from .autotune.space import Config, ConfigSpace
 from .condition import SpecializedCondition
 from .errors import InputError, StrategyError
+from .implementation import Excluded, ImplDecl, Implementation
 
 log = logging.getLogger("gpucg.select")
-
-
-@dataclass(frozen=True, eq=False)
-class Implementation:
-    """One way to compute an operator.
-
-    Attributes:
-        name: "<impl>.<target key>", e.g. "scan_rows.cuda".
-        plevel: priority; the highest applicable one wins when no tuning record decides.
-        condition: a :class:`SpecializedCondition`, or None for "always applies".
-        space: the config space of tunable knobs; its default is the default config.
-        kernels: ``config -> {key: KernelSpec}`` for kernel implementations, None for host code.
-        run: ``ctx -> None``: launches the kernels (or computes on the host) into ctx.outputs.
-        options: compiler options.
-        guard: set when static requirements fail: them in words (e.g. "3x3 kernel, stride 1"),
-            shown by the reports; the strategy then passes a condition of ``sympy.false``.
-    """
-
-    name: str
-    plevel: int
-    run: Callable
-    kernels: Callable | None = None
-    condition: SpecializedCondition | None = None
-    space: ConfigSpace = field(default_factory=ConfigSpace)
-    options: tuple = ()
-    guard: str = ""
-
-    def describe_condition(self) -> str:
-        """The condition as the reports print it, with its verdict when the shapes decide it."""
-        if self.condition is None:
-            return "always"
-        if self.condition.expr is sympy.true:
-            return "always (for these shapes)"
-        if self.condition.expr is sympy.false:
-            return f"never: needs {self.guard}" if self.guard else "never (for these shapes)"
-        decided = self.condition.decide()
-        text = str(self.condition.expr)
-        return text + (" (true here)" if decided is True else " (false here)" if decided is False else "")
-
-    def __post_init__(self):
-        if not isinstance(self.plevel, int) or isinstance(self.plevel, bool):
-            raise StrategyError(f"{self.name}: plevel={self.plevel!r} must be an int")
-        if self.condition is not None and not isinstance(self.condition, SpecializedCondition):
-            object.__setattr__(self, "condition", SpecializedCondition(self.condition))
 
 
 class Strategy:
     """The implementations of an operator for one call signature and target."""
 
-    def __init__(self):
+    def __init__(self, target=None):
+        self.target = target
         self.implementations: list[Implementation] = []
+        self.excluded: list[Excluded] = []
+        #: every name offered or excluded, in the order the strategy named them
+        self.order: list[str] = []
+
+    def _name(self, decl: ImplDecl) -> str:
+        if self.target is None:
+            raise StrategyError("Strategy(target) is needed to add a declared implementation")
+        name = f"{decl.name}.{self.target.kind}"
+        if any(i.name == name for i in self.implementations + self.excluded):
+            raise StrategyError(f"implementation {name!r} added twice")
+        return name
+
+    def add(self, decl: ImplDecl, plevel: int, *, condition=None, space: ConfigSpace | None = None,
+            params: Mapping | None = None, info=None, options: tuple = ()) -> Implementation:
+        """Offer a declared implementation for this call."""
+        impl = Implementation(self._name(decl), plevel, decl.run, decl.kernels, condition,
+                              space or ConfigSpace(), params or {}, info, options)
+        self.implementations.append(impl)
+        self.order.append(impl.name)
+        return impl
+
+    def exclude(self, decl: ImplDecl, plevel: int, reason: str) -> Excluded:
+        """Record that a declared implementation cannot run this call, and why."""
+        out = Excluded(self._name(decl), plevel, reason)
+        self.excluded.append(out)
+        self.order.append(out.name)
+        return out
 
     def add_implementation(self, impl: Implementation | None = None, **kwargs) -> Implementation:
-        """Add an implementation (an object, or the keyword arguments of one)."""
+        """Add a ready-made implementation (an object, or the keyword arguments of one)."""
         impl = impl if impl is not None else Implementation(**kwargs)
-        if any(i.name == impl.name for i in self.implementations):
+        if any(i.name == impl.name for i in self.implementations + self.excluded):
             raise StrategyError(f"implementation {impl.name!r} added twice")
         self.implementations.append(impl)
+        self.order.append(impl.name)
         return impl
 
     def validate(self, symbols) -> None:
         """Check conditions mention only input symbols, and that a fallback exists."""
         if not self.implementations:
-            raise StrategyError("strategy has no implementation")
+            why = "; ".join(f"{e.name}: {e.reason}" for e in self.excluded)
+            raise StrategyError("strategy has no implementation" + (f" ({why})" if why else ""))
         for impl in self.implementations:
             if impl.condition is not None:
                 SpecializedCondition(impl.condition.expr, allowed=symbols)
@@ -89,6 +82,64 @@ class Strategy:
                 f"strategy ({names}) has no unconditioned implementation: every implementation "
                 "could be excluded for some shape; add a fallback with no condition")
 
+    def find(self, name: str):
+        """The implementation (or exclusion) named ``name``, with or without ".<target kind>"."""
+        for impl in self.implementations + self.excluded:
+            if name in (impl.name, impl.name.rsplit(".", 1)[0]):
+                return impl
+        return None
+
+
+# -- forcing an implementation, and size rules ---------------------------------------------------
+
+def force(strategy: Strategy, name: str, op_name: str, target):
+    """A strategy of the one implementation ``name``, and the size checks it brings.
+
+    Its condition, unless the shapes decide it true, becomes a check of the dispatcher; one the
+    shapes decide false, or an exclusion, is an InputError here.
+    """
+    from .op import Constraint
+
+    chosen = strategy.find(name)
+    if chosen is None:
+        names = [i.name for i in strategy.implementations + strategy.excluded]
+        raise InputError(f"{op_name}: impl={name!r} is not an implementation on {target}; "
+                         f"allowed: {', '.join(names)}")
+    if isinstance(chosen, Excluded):
+        raise InputError(f"{op_name}: impl={name!r} does not apply to this call: {chosen.reason}")
+    check = []
+    if chosen.condition is not None:
+        verdict = chosen.condition.decide()
+        if verdict is False:
+            raise InputError(f"{op_name}: impl={name!r} does not apply to these shapes: "
+                             f"{chosen.describe_condition()}")
+        if verdict is None:
+            check = [Constraint(chosen.condition.expr,
+                                f"{op_name}: the forced implementation {chosen.name} needs "
+                                f"{sympy.sstr(chosen.condition.expr)}, false for these sizes")]
+    forced = Strategy(strategy.target)
+    forced.add_implementation(dataclasses.replace(chosen, condition=None))
+    return forced, check
+
+
+def size_checks(op, input_types, attrs) -> list:
+    """The op's constraints that the shapes leave open; raises for one they decide false."""
+    from .shape import evaluate
+
+    if op.constraints is None:
+        return []
+    open_ = []
+    for c in op.constraints(tuple(input_types), attrs):
+        decided = SpecializedCondition(c.ok).decide()
+        if decided is False:
+            values = [evaluate(v, {}) if not sympy.sympify(v).free_symbols else v for v in c.values]
+            raise InputError(c.message.format(*values))
+        if decided is None:
+            open_.append(c)
+    return open_
+
+
+# -- selection --------------------------------------------------------------------------------------
 
 @dataclass
 class Candidate:
@@ -135,6 +186,31 @@ class Selection:
         return "\n".join(head + rows)
 
 
+def _by_record(op, alive, decided, attrs, input_types, target, records, cands):
+    """The choice a tuning record makes, or None."""
+    if records is None or not all(t.is_static for t in input_types) \
+            or not all(decided[i.name] for i in alive):
+        return None
+    key = workload_key(op, attrs, input_types)
+    by_name = {i.name: i for i in alive}
+    recs = [r for r in records.lookup(key, target) if r.impl in by_name]
+    if not recs:
+        return None
+    best = min(recs, key=lambda r: r.cost)
+    impl = by_name[best.impl]
+    try:
+        config = impl.space.validate(best.config)
+    except InputError as exc:
+        raise StrategyError(f"tuning record for {best.impl} has a bad config: {exc}") from None
+    cands[impl.name].verdict = "selected"
+    cands[impl.name].reason = f"best tuning record (cost {best.cost:.3g} s, config {config.short()})"
+    for other in alive:
+        if other is not impl:
+            cands[other.name].verdict = "lost"
+            cands[other.name].reason = f"tuning record prefers {impl.name}"
+    return Choice(impl, config, None)
+
+
 def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, target,
            records=None) -> Selection:
     """Choose among a strategy's implementations for these input types.
@@ -156,37 +232,16 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
     for impl in impls:
         if decided[impl.name] is False:
             cands[impl.name].verdict = "excluded"
-            cands[impl.name].reason = ("its guard fails for this call" if impl.guard else
-                                       "condition is false for these shapes")
+            cands[impl.name].reason = "condition is false for these shapes"
         else:
             alive.append(impl)
+    for ex in strategy.excluded:
+        cands[ex.name] = Candidate(ex.name, ex.plevel, "never", "excluded", ex.reason)
     ordered = sorted(alive, key=lambda i: -i.plevel)  # stable: registration order on ties
-    static = all(t.is_static for t in input_types)
-    choices: list[Choice] = []
-
-    chosen_by_record = None
-    if records is not None and static and all(decided[i.name] for i in alive):
-        key = workload_key(op, attrs, input_types)
-        by_name = {i.name: i for i in alive}
-        recs = [r for r in records.lookup(key, target) if r.impl in by_name]
-        if recs:
-            best = min(recs, key=lambda r: r.cost)
-            impl = by_name[best.impl]
-            try:
-                config = impl.space.validate(best.config)
-            except InputError as exc:
-                raise StrategyError(f"tuning record for {best.impl} has a bad config: {exc}") from None
-            chosen_by_record = impl
-            choices = [Choice(impl, config, None)]
-            cands[impl.name].verdict = "selected"
-            cands[impl.name].reason = f"best tuning record (cost {best.cost:.3g} s, config {config.short()})"
-            for other in alive:
-                if other is not impl:
-                    cands[other.name].verdict = "lost"
-                    cands[other.name].reason = f"tuning record prefers {impl.name}"
-
+    record_choice = _by_record(op, alive, decided, attrs, input_types, target, records, cands)
+    choices: list[Choice] = [record_choice] if record_choice else []
     dynamic = False
-    if chosen_by_record is None:
+    if record_choice is None:
         for pos, impl in enumerate(ordered):
             always = decided[impl.name] is True
             if choices and choices[-1].condition is None:
@@ -198,16 +253,14 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
                 else:
                     cands[impl.name].reason = f"lower plevel than {winner.name}, which applies"
                 continue
-            cond = None if always else impl.condition
-            choices.append(Choice(impl, impl.space.default, cond))
-            if always:
-                if choices[0] is choices[-1]:
-                    cands[impl.name].verdict = "selected"
-                    cands[impl.name].reason = ("highest plevel" if pos == 0 else
-                                               "highest plevel among those that apply")
-                else:
-                    cands[impl.name].verdict = f"dispatch {len(choices)}"
-                    cands[impl.name].reason = "fallback: applies when no earlier condition holds"
+            choices.append(Choice(impl, impl.space.default, None if always else impl.condition))
+            if always and len(choices) == 1:
+                cands[impl.name].verdict = "selected"
+                cands[impl.name].reason = ("highest plevel" if pos == 0 else
+                                           "highest plevel among those that apply")
+            elif always:
+                cands[impl.name].verdict = f"dispatch {len(choices)}"
+                cands[impl.name].reason = "fallback: applies when no earlier condition holds"
             else:
                 dynamic = True
                 cands[impl.name].verdict = f"dispatch {len(choices)}"
@@ -221,7 +274,7 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
         raise StrategyError(f"{op} on {target}: no implementation applies to "
                             f"{', '.join(map(str, input_types))}")
     sel = Selection(op, str(target), tuple(input_types), tuple(output_types), dict(attrs),
-                    choices, [cands[i.name] for i in impls], dynamic)
+                    choices, [cands[n] for n in strategy.order], dynamic)
     if dynamic:
         log.info("%s on %s for %s: dispatching at run time among %s", op, target,
                  ", ".join(map(str, input_types)),

@@ -17,13 +17,16 @@ class TargetKind:
     keys: tuple[str, ...]
     backend: str
     attrs: tuple[str, ...] = ()
+    #: "gpu" or "cpu"; "device" when the ``-device=`` option or the backend's device decides
+    device_type: str = "gpu"
 
 
 _KINDS: dict[str, TargetKind] = {}
 _ALIASES = {"cpu": "numpy"}
 
 
-def register_target_kind(name: str, keys, backend: str, attrs=(), override: bool = False):
+def register_target_kind(name: str, keys, backend: str, attrs=(), override: bool = False,
+                         device_type: str = "gpu"):
     """Register a new kind of target (from outside the package too).
 
     Args:
@@ -31,18 +34,22 @@ def register_target_kind(name: str, keys, backend: str, attrs=(), override: bool
         keys: strategy keys in lookup order, most specific first.
         backend: the runtime backend that runs it ("numpy", "opencl", "cuda").
         attrs: the ``-name=value`` attributes the kind accepts.
+        device_type: "gpu", "cpu", or "device": decided by the ``-device=`` option, else by the
+            device the backend runs on.
     """
+    if device_type not in ("gpu", "cpu", "device"):
+        raise TargetError(f"device_type={describe(device_type)} must be 'gpu', 'cpu' or 'device'")
     if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         raise TargetError(f"target kind name={describe(name)} must match [a-z][a-z0-9_]*")
     if name in _KINDS and not override:
         raise TargetError(f"target kind {name!r} is already registered; pass override=True")
-    _KINDS[name] = TargetKind(name, tuple(keys), backend, tuple(attrs))
+    _KINDS[name] = TargetKind(name, tuple(keys), backend, tuple(attrs), device_type)
     return _KINDS[name]
 
 
 register_target_kind("cuda", ("cuda", "gpu"), "cuda", attrs=("arch",))
-register_target_kind("opencl", ("opencl", "gpu"), "opencl", attrs=("device",))
-register_target_kind("numpy", ("cpu",), "numpy")
+register_target_kind("opencl", ("opencl", "gpu"), "opencl", attrs=("device",), device_type="device")
+register_target_kind("numpy", ("cpu",), "numpy", device_type="cpu")
 
 _ATTR_CHECKS = {
     "arch": (re.compile(r"sm_\d{2,3}[a-z]?"), "sm_XY such as sm_80 or sm_90"),
@@ -97,6 +104,27 @@ class Target:
     @property
     def backend(self) -> str:
         return _KINDS[self.kind].backend
+
+    @property
+    def device_type(self) -> str:
+        """"gpu" or "cpu": the kind of device the kernels are chosen and tuned for.
+
+        An explicit ``-device=`` wins; an OpenCL target without one takes the type of the device
+        gpucg runs it on here, and "gpu" where none is usable (code generated for a GPU).
+        """
+        if "device" in self.attrs:
+            return self.attrs["device"]
+        kind = _KINDS[self.kind].device_type
+        if kind != "device":
+            return kind
+        from .runtime import backend_status, get_backend
+
+        return get_backend(self.backend).device_type if backend_status(self.backend)[0] else "gpu"
+
+    @property
+    def on_cpu(self) -> bool:
+        """True when the kernels run on a CPU device (PoCL): strategies prefer other kernels."""
+        return self.device_type == "cpu"
 
     def with_attrs(self, **attrs) -> "Target":
         t = Target(self)

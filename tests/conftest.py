@@ -46,6 +46,12 @@ def target(request):
     return request.param
 
 
+def applicable(op: str, *types, target, **attrs) -> list[str]:
+    """The implementations (short names) that can run this call, whatever selection prefers."""
+    sel = gpucg.explain(op, *types, target=target, **attrs)
+    return [c.name.rsplit(".", 1)[0] for c in sel.candidates if c.verdict != "excluded"]
+
+
 @pytest.fixture
 def nvrtc_or_skip():
     ok, why = nvrtc.available()

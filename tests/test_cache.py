@@ -53,22 +53,22 @@ def test_opencl_rebuilds_from_corrupted_disk_entry(tmp_path):
     be = get_backend("opencl")
     src = "__kernel void gpucg_cache_probe(__global float* a) { a[get_global_id(0)] *= 3.0f; }"
     with knobs.scope(GPUCG_CACHE_DIR=str(tmp_path)):
-        be._programs.clear()
+        be.clear_memory_cache()
         be.compile(src, "gpucg_cache_probe")
         files = [p for p in (tmp_path / "opencl").rglob("*") if p.is_file()]
         assert len(files) == 1
         files[0].write_bytes(b"\0" * 40)
-        be._programs.clear()
+        be.clear_memory_cache()
         before = gpucg.stats()["compiles"]
         prog = be.compile(src, "gpucg_cache_probe")
         assert gpucg.stats()["compiles"] == before + 1
-        be._programs.clear()
+        be.clear_memory_cache()
         hits = gpucg.stats()["disk_hits"]
         prog = be.compile(src, "gpucg_cache_probe")
         assert gpucg.stats()["disk_hits"] == hits + 1
     a = be.to_device(np.ones(8, np.float32))
     prog(a, grid=1, block=8)
-    np.testing.assert_array_equal(a.get(), np.full(8, 3, np.float32))
+    np.testing.assert_array_equal(be.to_host(a), np.full(8, 3, np.float32))
 
 
 def test_knob_errors_are_clear():

@@ -105,45 +105,52 @@ def test_hypothesis_shapes_axes_dtypes(target, data):
 
 
 def test_every_opencl_implementation_and_the_wide_variants():
-    """Force each implementation (and its 64-bit-index kernels) to run on OpenCL."""
-    from conftest import backend_or_skip
+    """Force each implementation that applies (and its 64-bit-index kernels) on OpenCL."""
+    from conftest import applicable, backend_or_skip
 
     backend_or_skip("opencl")
     rng = np.random.default_rng(3)
-    for device in ("gpu", "cpu"):  # both plevel orders, so every implementation runs
+    ran = set()
+    for device in ("gpu", "cpu"):  # both plevel orders
+        target = f"opencl -device={device}"
         for shape, axis in [((3, 9000), 1), ((5, 300), 1), ((40, 3000), 0), ((2, 5000, 3), 1)]:
             x = rng.standard_normal(shape).astype(np.float32)
-            f = gpucg.compile("cumsum", gpucg.tensor(shape, "float32"), axis=axis,
-                              target=f"opencl -device={device}")
-            # run every implementation the strategy has, via a symbolic compile's choices too
-            for wide in (False, True):
-                for i, choice in enumerate(f.selection.choices):
-                    xd = f.backend.to_device(x)
-                    out = f._run(i, (xd,), (shape,), wide, True)
-                    check(out, np.cumsum(x, axis=axis), x, "cumsum")
+            t = gpucg.tensor(shape, "float32")
+            for impl in applicable("cumsum", t, target=target, axis=axis):
+                for index in ("int32", "int64"):
+                    f = gpucg.compile("cumsum", t, axis=axis, target=target, impl=impl, index=index)
+                    check(f(x), np.cumsum(x, axis=axis), x, "cumsum")
+                ran.add(impl)
+    assert ran == {"scan_rows", "scan_device", "scan_cols", "scan_chunked"}
 
 
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_all_candidates_agree(device):
-    """Each implementation of a symbolic compile gives NumPy's answer (all four run)."""
+    """Each implementation a symbolic compile may dispatch to gives NumPy's answer, on a shape
+    its condition accepts (all four run)."""
     from conftest import backend_or_skip
 
     backend_or_skip("opencl")
     n, m = gpucg.var("n"), gpucg.var("m")
-    f = gpucg.compile("cumsum", gpucg.tensor((n, m), "float32"), axis=1,
-                      target=f"opencl -device={device}")
-    from gpucg.strategy import Choice, Selection
-
-    impls = gpucg.get_op("cumsum").strategy.dispatch(f.target)(
-        f.attrs, f.input_types, f.output_types, f.target).implementations
-    f.selection = Selection(f.selection.op, f.selection.target, f.input_types, f.output_types,
-                            f.selection.attrs, [Choice(i, i.space.default, None) for i in impls],
-                            f.selection.candidates, True)
-    f._specs.clear()
-    x = np.random.default_rng(4).standard_normal((33, 5000)).astype(np.float32)
-    for i in range(len(impls)):
-        out = f._run(i, (f.backend.to_device(x),), (x.shape,), False, True)
-        check(out, np.cumsum(x, axis=1), x, "cumsum")
+    target = f"opencl -device={device}"
+    typ = gpucg.tensor((n, m), "float32")
+    names = [c.name for c in gpucg.explain("cumsum", typ, axis=1, target=target).candidates]
+    assert len(names) == 4
+    rng = np.random.default_rng(4)
+    for name in names:
+        f = gpucg.compile("cumsum", typ, axis=1, target=target, impl=name)
+        for shape in [(33, 5000), (3, 100), (40000, 3)]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            try:
+                got = f(x)
+            except gpucg.InputError as exc:  # the forced implementation's condition
+                assert "the forced implementation" in str(exc)
+                continue
+            check(got, np.cumsum(x, axis=1), x, "cumsum")
+            assert f.last_impl == name
+            break
+        else:
+            raise AssertionError(f"{name} ran on none of the shapes")
 
 
 def test_symbolic_compile_serves_many_sizes_without_recompiling(target):

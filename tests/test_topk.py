@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 import gpucg
 from gpucg.op import get_op
-from gpucg.strategy import Choice, Selection
 
 DTYPES = ["float16", "float32", "float64", "int32", "int64"]
 
@@ -157,43 +156,27 @@ def test_non_contiguous_input(target):
 
 # -- every implementation, forced -------------------------------------------------------------
 
-def _all_impls(f):
-    return gpucg.get_op(f.op.name).strategy.dispatch(f.target)(
-        f.attrs, f.input_types, f.output_types, f.target).implementations
-
-
-def run_forced(f, impl, x, wide=False):
-    """Run one implementation of a compiled op, whatever selection chose."""
-    f.selection = Selection(f.selection.op, f.selection.target, f.input_types, f.output_types,
-                            f.selection.attrs, [Choice(impl, impl.space.default, None)],
-                            f.selection.candidates, False)
-    f._specs.clear()
-    f._programs.clear()
-    outs = tuple(t.shape for t in f.output_types)
-    return f._run(0, (f.backend.to_device(x),), outs, wide, True)
-
-
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
 def test_every_opencl_implementation_and_the_wide_variants(device):
-    """Each implementation whose condition holds, with 32- and 64-bit indexing, on OpenCL."""
-    from conftest import backend_or_skip
+    """Each implementation that applies, with 32- and 64-bit indexing, forced on OpenCL."""
+    from conftest import applicable, backend_or_skip
 
     backend_or_skip("opencl")
     rng = np.random.default_rng(11)
+    target = f"opencl -device={device}"
     ran = set()
     for shape, k, dtype in [((3, 40), 5, "float32"), ((2, 3000), 200, "float64"),
                             ((1, 20000), 300, "float16"), ((5, 1000), 0, "int64"),
                             ((2, 9000), 100, "int32"), ((2, 9000), 1000, "float32")]:
         x = make(shape, dtype, rng, ties=True)
+        t = gpucg.tensor(shape, dtype)
         for asc in (False, True):
-            f = gpucg.compile("topk", gpucg.tensor(shape, dtype), k=k, is_ascend=asc,
-                              target=f"opencl -device={device}")
-            for impl in _all_impls(f):
-                if impl.condition is not None and impl.condition.decide() is not True:
-                    continue
-                for wide in (False, True):
-                    same(run_forced(f, impl, x, wide), reference("topk", x, k=k, is_ascend=asc))
-                ran.add(impl.name.split(".")[0])
+            for impl in applicable("topk", t, k=k, is_ascend=asc, target=target):
+                for index in ("int32", "int64"):
+                    f = gpucg.compile("topk", t, k=k, is_ascend=asc, target=target, impl=impl,
+                                      index=index)
+                    same(f(x), reference("topk", x, k=k, is_ascend=asc))
+                ran.add(impl)
     assert ran == {"topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
 
 
@@ -235,7 +218,7 @@ def test_symbolic_compile_dispatches_at_run_time(target):
         names = [c.impl.name for c in f.selection.choices]
         assert names == ["topk_radix.opencl", "sort_bitonic.opencl", "sort_merge.opencl"]
         assert "if (n >= 2048) and ((n >= 8192) or (m <= 32)):" in f.dispatcher_source
-        assert "if not ((n >= 300)):" in f.dispatcher_source  # the k <= n constraint
+        assert "if not (n >= 300):" in f.dispatcher_source  # the k <= n constraint
     rng = np.random.default_rng(2)
     compiles = None
     for shape, want in [((3, 9000), "topk_radix"), ((40, 3000), "sort_bitonic"),

@@ -1,6 +1,7 @@
 """Code generation: dialects (the spellings that differ) and the Jinja2 environment."""
 
 from .dialect import CUDA, OPENCL, Dialect, dialect_for
-from .render import Code, KernelSpec, render
+from .render import Code, KernelSpec, comment, render, template_exists
 
-__all__ = ["CUDA", "OPENCL", "Code", "Dialect", "KernelSpec", "dialect_for", "render"]
+__all__ = ["CUDA", "OPENCL", "Code", "Dialect", "KernelSpec", "comment", "dialect_for", "render",
+           "template_exists"]

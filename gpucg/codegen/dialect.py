@@ -14,7 +14,11 @@ _AXES = "xyz"
 
 @dataclass(frozen=True, eq=False)
 class Dialect:
-    """How one kernel language spells kernels, memory spaces, ids, barriers and types."""
+    """How one kernel language spells kernels, memory spaces, ids, barriers and types.
+
+    Every difference between backends is a field; the methods only fill in the spellings, so
+    a new backend is one more Dialect object and templates never test a backend's name.
+    """
 
     name: str
     kernel: str
@@ -22,6 +26,13 @@ class Dialect:
     local: str
     restrict: str
     barrier: str
+    #: ids and sizes, with ``{axis}`` (x, y, z) or ``{dim}`` (0, 1, 2) filled in
+    local_id_fmt: str
+    group_id_fmt: str
+    local_size_fmt: str
+    num_groups_fmt: str
+    #: the function adding atomically to a 32-bit unsigned int (returns the old value)
+    atomic_add_fn: str
     types: dict = field(default_factory=dict)
     #: dtype -> preamble line needed when that dtype appears in a kernel
     type_preambles: dict = field(default_factory=dict)
@@ -32,23 +43,26 @@ class Dialect:
     device_fn: str = ""
     #: suffix that makes a hex literal 64-bit unsigned
     u64_suffix: str = "UL"
-    #: the 16-bit float type as a storage format, and what a kernel needs to convert it (OpenCL
-    #: needs nothing: vload_half/vstore_half are core, unlike half arithmetic; CUDA converts
-    #: with one PTX instruction each way, so no cuda_fp16.h, which NVRTC cannot always find)
+    #: the 16-bit float type as a storage format, how a float is loaded from and stored to it
+    #: (``{ptr}``, ``{index}``, ``{value}``), and what a kernel needs for that. OpenCL needs
+    #: nothing: vload_half/vstore_half are core, unlike half arithmetic; CUDA converts with one
+    #: PTX instruction each way, so no cuda_fp16.h, which NVRTC cannot always find.
     half_storage: str = "half"
+    half_load: str = ""
+    half_store: str = ""
     half_preamble: str = ""
 
     def local_id(self, dim: int = 0) -> str:
-        return f"threadIdx.{_AXES[dim]}" if self.name == "cuda" else f"get_local_id({dim})"
+        return self.local_id_fmt.format(axis=_AXES[dim], dim=dim)
 
     def group_id(self, dim: int = 0) -> str:
-        return f"blockIdx.{_AXES[dim]}" if self.name == "cuda" else f"get_group_id({dim})"
+        return self.group_id_fmt.format(axis=_AXES[dim], dim=dim)
 
     def local_size(self, dim: int = 0) -> str:
-        return f"blockDim.{_AXES[dim]}" if self.name == "cuda" else f"get_local_size({dim})"
+        return self.local_size_fmt.format(axis=_AXES[dim], dim=dim)
 
     def num_groups(self, dim: int = 0) -> str:
-        return f"gridDim.{_AXES[dim]}" if self.name == "cuda" else f"get_num_groups({dim})"
+        return self.num_groups_fmt.format(axis=_AXES[dim], dim=dim)
 
     def type(self, dtype: str) -> str:
         """The C type name of a whitelisted dtype."""
@@ -80,7 +94,7 @@ class Dialect:
 
     def atomic_add(self, ptr: str, value: str) -> str:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
-        return f"atomicAdd({ptr}, {value})" if self.name == "cuda" else f"atomic_add({ptr}, {value})"
+        return f"{self.atomic_add_fn}({ptr}, {value})"
 
     def storage(self, half: bool) -> str:
         """The element type of a float buffer: float, or 16-bit half kept only in memory."""
@@ -90,15 +104,13 @@ class Dialect:
         """``ptr[index]`` as a float; half buffers are converted (no half arithmetic needed)."""
         if not half:
             return f"{ptr}[{index}]"
-        return f"gpucg_h2f({ptr}[{index}])" if self.name == "cuda" else f"vload_half({index}, {ptr})"
+        return self.half_load.format(ptr=ptr, index=index)
 
     def store(self, ptr: str, index: str, value: str, half: bool) -> str:
         """A statement storing the float ``value`` at ``ptr[index]`` (rounded to nearest for half)."""
         if not half:
             return f"{ptr}[{index}] = {value};"
-        if self.name == "cuda":
-            return f"{ptr}[{index}] = gpucg_f2h({value});"
-        return f"vstore_half_rte({value}, {index}, {ptr});"
+        return self.half_store.format(ptr=ptr, index=index, value=value)
 
     def index_type(self, wide: bool) -> str:
         return self.types["int64"] if wide else "int"
@@ -112,6 +124,12 @@ class Dialect:
         return "\n".join(lines)
 
 
+_INT_TYPES_CUDA = {"int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+                   "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+                   "uint64": "unsigned long long"}
+_INT_TYPES_OPENCL = {"int8": "char", "int16": "short", "int32": "int", "int64": "long",
+                     "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "uint64": "ulong"}
+
 CUDA = Dialect(
     name="cuda",
     kernel='extern "C" __global__ void',
@@ -119,7 +137,12 @@ CUDA = Dialect(
     local="__shared__",
     restrict="__restrict__",
     barrier="__syncthreads();",
-    types={"bool": "unsigned char", "int32": "int", "int64": "long long",
+    local_id_fmt="threadIdx.{axis}",
+    group_id_fmt="blockIdx.{axis}",
+    local_size_fmt="blockDim.{axis}",
+    num_groups_fmt="gridDim.{axis}",
+    atomic_add_fn="atomicAdd",
+    types={"bool": "unsigned char", **_INT_TYPES_CUDA,
            "float16": "__half", "float32": "float", "float64": "double"},
     type_preambles={"float16": "#include <cuda_fp16.h>"},
     source_ext=".cu",
@@ -127,6 +150,8 @@ CUDA = Dialect(
     device_fn="__device__ __forceinline__",
     u64_suffix="ULL",
     half_storage="unsigned short",
+    half_load="gpucg_h2f({ptr}[{index}])",
+    half_store="{ptr}[{index}] = gpucg_f2h({value});",
     half_preamble=(
         "__device__ __forceinline__ float gpucg_h2f(unsigned short h) {\n"
         "    float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f;\n}\n"
@@ -141,7 +166,12 @@ OPENCL = Dialect(
     local="__local",
     restrict="restrict",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);",
-    types={"bool": "uchar", "int32": "int", "int64": "long",
+    local_id_fmt="get_local_id({dim})",
+    group_id_fmt="get_group_id({dim})",
+    local_size_fmt="get_local_size({dim})",
+    num_groups_fmt="get_num_groups({dim})",
+    atomic_add_fn="atomic_add",
+    types={"bool": "uchar", **_INT_TYPES_OPENCL,
            "float16": "half", "float32": "float", "float64": "double"},
     type_preambles={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
                     "float16": "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"},
@@ -149,6 +179,8 @@ OPENCL = Dialect(
     utypes={16: "ushort", 32: "uint", 64: "ulong"},
     device_fn="static inline",
     u64_suffix="UL",
+    half_load="vload_half({index}, {ptr})",
+    half_store="vstore_half_rte({value}, {index}, {ptr});",
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

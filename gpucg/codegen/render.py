@@ -1,4 +1,9 @@
-"""The Jinja2 environment and the one place where kernel source is rendered."""
+"""The Jinja2 environment and the one place where kernel source is rendered.
+
+Templates fold constants while rendering: ``{{ mul("oh", SH) }}`` is ``oh`` when SH is 1,
+``add("x", 0)`` is ``x``, and products or sums of numbers are computed, so dumped kernels read
+as a person would write them for these sizes.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from dataclasses import dataclass
 
 import jinja2
 
+from .. import counters as stats
 from ..errors import InputError
 from ..shape import DTYPES
 from .dialect import Dialect
@@ -52,6 +58,79 @@ def _validate_param(name: str, value) -> None:
     raise InputError(f"template parameter {name}={value!r} is not a safe value for kernel source")
 
 
+# -- constant folding -------------------------------------------------------------------------
+
+def _is_num(term) -> bool:
+    return isinstance(term, int) and not isinstance(term, bool)
+
+
+def _top_level_ops(term: str) -> set:
+    """The operator characters of ``term`` outside parentheses and brackets (a leading unary
+    minus is not one)."""
+    ops, depth = set(), 0
+    for i, ch in enumerate(term):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and ch in "+-*/%?:<>=&|^!~" and not (ch == "-" and i == 0):
+            ops.add(ch)
+    return ops
+
+
+def _operand(term, allowed: str) -> str:
+    """``term`` as an operand of an operator: parenthesized unless its own top-level
+    operators are all in ``allowed`` (a product inside a product needs none)."""
+    term = str(term).strip()
+    return term if _top_level_ops(term) <= set(allowed) else f"({term})"
+
+
+def mul(*terms) -> str:
+    """The product of terms (C expressions or ints): ints are multiplied, 1 dropped, 0 wins."""
+    const, parts = 1, []
+    for t in terms:
+        if _is_num(t):
+            const *= t
+        else:
+            parts.append(_operand(t, "*"))
+    if const == 0:
+        return "0"
+    if const != 1 or not parts:
+        parts.append(str(const))
+    return " * ".join(parts)
+
+
+def add(*terms) -> str:
+    """The sum of terms (C expressions or ints): ints are added, 0 dropped."""
+    const, parts = 0, []
+    for t in terms:
+        if _is_num(t):
+            const += t
+        elif str(t).strip() not in ("", "0"):
+            parts.append(_operand(t, "+-*/%"))
+    if const or not parts:
+        parts.append(str(const))
+    return " + ".join(parts)
+
+
+def div(a, b) -> str:
+    """``a / b`` (integer division) with b == 1 folded away."""
+    if _is_num(b) and b == 1:
+        return str(a)
+    if _is_num(a) and _is_num(b):
+        return str(a // b)
+    return f"{_operand(a, '*/%')} / {_operand(b, '')}"
+
+
+def mod(a, b) -> str:
+    """``a % b`` with b == 1 folded to 0."""
+    if _is_num(b) and b == 1:
+        return "0"
+    if _is_num(a) and _is_num(b):
+        return str(a % b)
+    return f"{_operand(a, '*/%')} % {_operand(b, '')}"
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -62,14 +141,40 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.globals.update(mul=mul, add=add, div=div, mod=mod)
     return env
+
+
+def template_exists(name: str) -> bool:
+    """True if gpucg/templates holds the template ``name``."""
+    try:
+        environment().get_template(name)
+    except jinja2.TemplateNotFound:
+        return False
+    return True
+
+
+def comment(text: str) -> str:
+    """``text`` as a C block comment, one ``*`` line per line."""
+    lines = [ln.rstrip() for ln in text.strip("\n").splitlines()]
+    if len(lines) == 1:
+        return f"/* {lines[0]} */\n"
+    return "/*\n" + "".join(f" * {ln}".rstrip() + "\n" for ln in lines) + " */\n"
+
+
+def _tidy(source: str) -> str:
+    """Blank-line runs to one, trailing spaces gone, one newline at the end."""
+    source = re.sub(r"[ \t]+\n", "\n", source)
+    source = re.sub(r"\n{3,}", "\n\n", source)
+    return source.strip() + "\n"
 
 
 @functools.lru_cache(maxsize=4096)
 def render(spec: KernelSpec, dialect: Dialect, wide: bool = False, header: str = "") -> str:
-    """Render one kernel for a dialect; ``wide`` selects 64-bit indexing."""
-    from ..runtime import stats
+    """Render one kernel for a dialect; ``wide`` selects 64-bit indexing.
 
+    ``header`` (plain text) becomes the C comment at the top of the source.
+    """
     stats.bump("renders")
     template = environment().get_template(spec.template)
     params = dict(spec.params)
@@ -83,5 +188,4 @@ def render(spec: KernelSpec, dialect: Dialect, wide: bool = False, header: str =
         preamble=dialect.preamble(dtypes),
         **params,
     )
-    source = re.sub(r"\n{3,}", "\n\n", source).strip() + "\n"
-    return (header + source) if header else source
+    return _tidy((comment(header) if header else "") + source)

@@ -1,10 +1,15 @@
-"""The operators. Each module registers its operators and defines their eager functions."""
+"""The operators' eager functions: ``gpucg.ops.cumsum(x, axis=1)`` and the rest.
 
-from .conv2d import conv2d, conv2d_winograd_without_weight_transform, winograd_weight_transform
+Each module is one operator family (attributes, type relation, NumPy reference, eager
+functions); gpucg.builtin loads them with their strategies when gpucg is imported.
+"""
+
+from .conv2d import conv2d
+from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
+                              winograd_weight_transform)
 from .elementwise import add, relu, sum  # noqa: A004
 from .scan import cumprod, cumsum
 from .topk import argsort, sort, topk
-from .. import strategies  # noqa: F401,E402  (registers the strategies)
 
 __all__ = ["add", "argsort", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
            "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform"]

@@ -1,4 +1,4 @@
-"""2-D convolution: conv2d, and conv2d on weights already in the Winograd domain.
+"""2-D convolution (conv2d): attributes, geometry, type relation, reference, eager function.
 
 Layouts: data NCHW or NHWC, weights OIHW or HWIO (any pairing); groups split the channels;
 ``padding`` is an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" or "VALID". The bias
@@ -12,15 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, describe, require_int
-from ..op import Constraint, OpPattern, register_op
+from ..op import Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, simplify_dim, var
 
 DTYPES = ("float16", "float32")
 DATA_LAYOUTS = ("NCHW", "NHWC")
 KERNEL_LAYOUTS = ("OIHW", "HWIO")
 ACTIVATIONS = (None, "relu")
-WINOGRAD_TILES = (2, 4)
 
 
 def _pair(name: str, value, low: int) -> tuple[int, int]:
@@ -63,7 +63,8 @@ def normalize_padding(value):
     return pads
 
 
-def _choice(name: str, value, allowed):
+def choice(name: str, value, allowed):
+    """``value`` if it is one of ``allowed``, else AttrError naming ``name`` and the choices."""
     if value not in allowed:
         raise AttrError(f"{name}={describe(value)} is not allowed; allowed: "
                         f"{', '.join(map(repr, allowed))}")
@@ -100,42 +101,11 @@ class Conv2dAttrs:
         if groups < 1:
             raise AttrError(f"groups={groups} must be >= 1")
         object.__setattr__(self, "groups", groups)
-        _choice("data_layout", self.data_layout, DATA_LAYOUTS)
-        _choice("kernel_layout", self.kernel_layout, KERNEL_LAYOUTS)
-        _choice("activation", self.activation, ACTIVATIONS)
+        choice("data_layout", self.data_layout, DATA_LAYOUTS)
+        choice("kernel_layout", self.kernel_layout, KERNEL_LAYOUTS)
+        choice("activation", self.activation, ACTIVATIONS)
         if self.out_dtype is not None:
             object.__setattr__(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype", DTYPES))
-
-
-@dataclass(frozen=True)
-class WinogradAttrs:
-    """Attributes of conv2d_winograd_without_weight_transform: a 3x3, stride-1 convolution
-    whose weight was transformed ahead of time by :func:`winograd_weight_transform`.
-
-    ``tile_size`` is m of F(m x m, 3 x 3): 2 or 4, as given to the transform.
-    """
-
-    tile_size: int = 4
-    padding: object = (1, 1)
-    data_layout: str = "NCHW"
-    out_dtype: str | None = None
-    activation: str | None = None
-
-    def __post_init__(self):
-        object.__setattr__(self, "tile_size", require_int("tile_size", self.tile_size))
-        _choice("tile_size", self.tile_size, WINOGRAD_TILES)
-        object.__setattr__(self, "padding", normalize_padding(self.padding))
-        _choice("data_layout", self.data_layout, DATA_LAYOUTS)
-        _choice("activation", self.activation, ACTIVATIONS)
-        if self.out_dtype is not None:
-            object.__setattr__(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype", DTYPES))
-
-    # the fixed parts of the convolution, so both ops share one view (the transformed
-    # weight has no kernel layout of its own; OIHW names the untransformed one)
-    kernel_layout = "OIHW"
-    strides = (1, 1)
-    dilation = (1, 1)
-    groups = 1
 
 
 # -- geometry ---------------------------------------------------------------------------------
@@ -221,70 +191,65 @@ def out_shape(g: Geometry, layout: str) -> tuple:
 
 
 def conv_geometry(inputs, attrs) -> Geometry:
-    """The geometry of a conv2d (or pre-transformed winograd) call, checked."""
+    """The geometry of a conv2d call (data, weight and Conv2dAttrs)."""
     data, weight = inputs[0], inputs[1]
-    if isinstance(attrs, WinogradAttrs):
-        return geometry(data, 3, 3, weight.shape[2], attrs)
     o, _, kh, kw = weight_dims(weight, attrs.kernel_layout)
     return geometry(data, kh, kw, o, attrs)
 
 
-def _type_rel(op: str):
-    def rel(inputs, attrs):
-        data, weight = inputs[0], inputs[1]
-        if data.ndim != 4:
-            raise InputError(f"{op}: data must have rank 4 ({attrs.data_layout}), got {data}")
-        if data.dtype not in DTYPES:
-            raise DTypeError(f"{op}: data dtype {data.dtype!r} is not supported; "
-                             f"allowed: {', '.join(DTYPES)}")
-        n, c, h, w = data_dims(data, attrs.data_layout)
-        if not isinstance(c, int):
-            raise InputError(f"{op}: the channel dimension of data ({attrs.data_layout}) must be "
-                             f"a constant, got {c}; batch, height and width may be symbolic")
-        if weight.ndim != 4 or not weight.is_static:
-            raise InputError(f"{op}: weight must have rank 4 and constant sizes, got {weight}")
-        if isinstance(attrs, WinogradAttrs):
-            alpha = attrs.tile_size + 2
-            if weight.dtype != "float32":
-                raise DTypeError(f"{op}: the transformed weight must be float32, got {weight.dtype}")
-            if weight.shape[:2] != (alpha, alpha) or weight.shape[3] != c:
-                raise InputError(
-                    f"{op}: weight {weight} is not a transformed weight for tile_size="
-                    f"{attrs.tile_size} and {c} input channels; expected shape ({alpha}, {alpha}, "
-                    f"O, {c}) from gpucg.ops.winograd_weight_transform")
-            o, i = weight.shape[2], weight.shape[3]
-        else:
-            if weight.dtype != data.dtype:
-                raise DTypeError(f"{op}: weight dtype {weight.dtype} differs from the data dtype "
-                                 f"{data.dtype}; they must be equal")
-            o, i, kh, kw = weight_dims(weight, attrs.kernel_layout)
-            g = attrs.groups
-            if c % g or o % g:
-                raise InputError(f"{op}: groups={g} must divide the input channels ({c}) and the "
-                                 f"output channels ({o})")
-            if i * g != c:
-                raise InputError(
-                    f"{op}: data has {c} channels but weight {weight} ({attrs.kernel_layout}) "
-                    f"expects {i} per group x groups={g} = {i * g}")
-            if kh < 1 or kw < 1:
-                raise InputError(f"{op}: the kernel size {kh}x{kw} must be at least 1x1")
-        if len(inputs) == 3:
-            bias = inputs[2]
-            if bias.shape != (o,):
-                raise InputError(f"{op}: bias must have shape ({o},) (the output channels), "
-                                 f"got {bias}")
-            if bias.dtype != data.dtype:
-                raise DTypeError(f"{op}: bias dtype {bias.dtype} must equal the data dtype "
-                                 f"{data.dtype}")
-        geo = conv_geometry(inputs, attrs)
-        return TensorType(out_shape(geo, attrs.data_layout), attrs.out_dtype or data.dtype)
-    return rel
+def check_data(op: str, data: TensorType, layout: str, weight: TensorType) -> int:
+    """Checks shared by the conv2d operators; the number of input channels."""
+    if data.ndim != 4:
+        raise InputError(f"{op}: data must have rank 4 ({layout}), got {data}")
+    if data.dtype not in DTYPES:
+        raise DTypeError(f"{op}: data dtype {data.dtype!r} is not supported; "
+                         f"allowed: {', '.join(DTYPES)}")
+    c = data_dims(data, layout)[1]
+    if not isinstance(c, int):
+        raise InputError(f"{op}: the channel dimension of data ({layout}) must be "
+                         f"a constant, got {c}; batch, height and width may be symbolic")
+    if weight.ndim != 4 or not weight.is_static:
+        raise InputError(f"{op}: weight must have rank 4 and constant sizes, got {weight}")
+    return c
 
 
-def _constraints(inputs, attrs):
+def check_bias(op: str, inputs, o: int) -> None:
+    """The optional bias: shape (O,) and the data's dtype."""
+    if len(inputs) == 3:
+        data, bias = inputs[0], inputs[2]
+        if bias.shape != (o,):
+            raise InputError(f"{op}: bias must have shape ({o},) (the output channels), "
+                             f"got {bias}")
+        if bias.dtype != data.dtype:
+            raise DTypeError(f"{op}: bias dtype {bias.dtype} must equal the data dtype "
+                             f"{data.dtype}")
+
+
+def _type_rel(inputs, attrs):
+    data, weight = inputs[0], inputs[1]
+    c = check_data("conv2d", data, attrs.data_layout, weight)
+    if weight.dtype != data.dtype:
+        raise DTypeError(f"conv2d: weight dtype {weight.dtype} differs from the data dtype "
+                         f"{data.dtype}; they must be equal")
+    o, i, kh, kw = weight_dims(weight, attrs.kernel_layout)
+    g = attrs.groups
+    if c % g or o % g:
+        raise InputError(f"conv2d: groups={g} must divide the input channels ({c}) and the "
+                         f"output channels ({o})")
+    if i * g != c:
+        raise InputError(f"conv2d: data has {c} channels but weight {weight} "
+                         f"({attrs.kernel_layout}) expects {i} per group x groups={g} = {i * g}")
+    if kh < 1 or kw < 1:
+        raise InputError(f"conv2d: the kernel size {kh}x{kw} must be at least 1x1")
+    check_bias("conv2d", inputs, o)
+    geo = conv_geometry(inputs, attrs)
+    return TensorType(out_shape(geo, attrs.data_layout), attrs.out_dtype or data.dtype)
+
+
+def size_constraints(geo: Geometry, attrs) -> list:
+    """The kernel must fit the padded input: a rule on H and W, which may be symbolic."""
     if attrs.padding == "SAME":
         return []
-    geo = conv_geometry(inputs, attrs)
     pt, pl, pb, pr = attrs.padding
     axis_h, axis_w = (2, 3) if attrs.data_layout == "NCHW" else (1, 2)
     out = []
@@ -298,6 +263,10 @@ def _constraints(inputs, attrs):
             "smaller kernel",
             (sympy.sympify(size) + pads, size)))
     return out
+
+
+def _constraints(inputs, attrs):
+    return size_constraints(conv_geometry(inputs, attrs), attrs)
 
 
 # -- references -------------------------------------------------------------------------------
@@ -365,93 +334,19 @@ def _reference(data, weight, *rest):
                           attrs.out_dtype or data.dtype.name)
 
 
-# -- Winograd transforms ----------------------------------------------------------------------
-
-def winograd_matrices(m: int):
-    """(A^T, G, B^T) of F(m x m, 3 x 3) as float64 arrays (m = 2 or 4).
-
-    The standard matrices of Lavin and Gray (points 0, +-1, +-2 and infinity).
-    """
-    if m == 2:
-        AT = [[1, 1, 1, 0], [0, 1, -1, -1]]
-        G = [[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]
-        BT = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
-    elif m == 4:
-        AT = [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
-        G = [[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-             [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]
-        BT = [[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-              [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]
-    else:
-        raise AttrError(f"tile_size={describe(m)} is not allowed; allowed: 2, 4")
-    return np.array(AT, np.float64), np.array(G, np.float64), np.array(BT, np.float64)
-
-
-def _host(array) -> np.ndarray:
-    if isinstance(array, np.ndarray):
-        return array
-    if hasattr(array, "get"):
-        return array.get()
-    raise InputError(f"weight={describe(array)} must be a numpy.ndarray, cupy.ndarray or "
-                     "pyopencl.array.Array")
-
-
-def winograd_weight_transform(weight, tile_size: int = 4, kernel_layout: str = "OIHW") -> np.ndarray:
-    """Weights of a 3x3 convolution in the Winograd domain of F(m x m, 3 x 3), computed once.
-
-    Returns a float32 NumPy array of shape (m + 2, m + 2, O, I): pass it to
-    :func:`conv2d_winograd_without_weight_transform` with the same ``tile_size``.
-    """
-    tile_size = require_int("tile_size", tile_size)
-    _choice("tile_size", tile_size, WINOGRAD_TILES)
-    _choice("kernel_layout", kernel_layout, KERNEL_LAYOUTS)
-    w = _host(weight)
-    if w.ndim != 4:
-        raise InputError(f"weight must have rank 4, got shape {w.shape}")
-    w = to_oihw(w, kernel_layout).astype(np.float64)
-    if w.shape[2:] != (3, 3):
-        raise InputError(f"winograd_weight_transform: weight ({kernel_layout}) must be 3x3, "
-                         f"got {w.shape[2]}x{w.shape[3]}")
-    _, G, _ = winograd_matrices(tile_size)
-    return np.einsum("ar,oirs,bs->aboi", G, w, G).astype(np.float32)
-
-
 def _static_axes(attrs):
     """Eager calls keep the channels and the whole weight and bias constant."""
     return ({1 if attrs.data_layout == "NCHW" else 3}, {0, 1, 2, 3}, {0})
 
 
 register_op("conv2d", attrs=Conv2dAttrs, num_inputs=3, optional_inputs=1,
-            type_rel=_type_rel("conv2d"), pattern=OpPattern.OPAQUE, reference=_reference,
+            type_rel=_type_rel, pattern=OpPattern.OPAQUE, reference=_reference,
             input_names=("data", "weight", "bias"), constraints=_constraints,
             static_axes=_static_axes,
             doc="2-D convolution with groups, dilation, fused bias and relu.",
-            kernel_info={"storage_dtypes": ("float16",)},
+            kernel_info=KernelInfo(storage_dtypes=("float16",)),
             example=lambda: ((TensorType((var("n"), 64, var("h"), var("w")), "float32"),
                               TensorType((64, 64, 3, 3), "float32")), {"padding": 1}))
-
-
-def _winograd_reference(data, weight, *rest):
-    """Undo nothing: rebuild the 3x3 weight from U = G g G^T by least squares, then convolve."""
-    *bias, attrs = rest
-    _, G, _ = winograd_matrices(attrs.tile_size)
-    Gp = np.linalg.pinv(G)
-    w = np.einsum("ra,aboi,sb->oirs", Gp, weight.astype(np.float64), Gp)
-    return reference_conv(data, w, bias[0] if bias else None,
-                          Conv2dAttrs(padding=attrs.padding, data_layout=attrs.data_layout,
-                                      activation=attrs.activation),
-                          attrs.out_dtype or data.dtype.name)
-
-
-register_op("conv2d_winograd_without_weight_transform", attrs=WinogradAttrs, num_inputs=3,
-            optional_inputs=1, type_rel=_type_rel("conv2d_winograd_without_weight_transform"),
-            pattern=OpPattern.OPAQUE, reference=_winograd_reference,
-            input_names=("data", "weight", "bias"), constraints=_constraints,
-            static_axes=_static_axes,
-            doc="3x3 stride-1 conv2d on weights from winograd_weight_transform.",
-            kernel_info={"storage_dtypes": ("float16",)},
-            example=lambda: ((TensorType((var("n"), 64, 56, 56), "float32"),
-                              TensorType((6, 6, 64, 64), "float32")), {"padding": 1}))
 
 
 def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
@@ -469,24 +364,7 @@ def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups
         bias: None or shape (O,), added in the same kernel; activation: None or "relu".
         target: "cuda", "opencl", "numpy" or None for the default target.
     """
-    from ..api import call
-
     arrays = (data, weight) if bias is None else (data, weight, bias)
     return call("conv2d", arrays, target=target, strides=strides, padding=padding,
                 dilation=dilation, groups=groups, data_layout=data_layout,
                 kernel_layout=kernel_layout, out_dtype=out_dtype, activation=activation)
-
-
-def conv2d_winograd_without_weight_transform(data, weight, tile_size=4, padding=(1, 1),
-                                             data_layout="NCHW", out_dtype=None, bias=None,
-                                             activation=None, *, target=None):
-    """A 3x3, stride-1 conv2d whose weight came from :func:`winograd_weight_transform`.
-
-    Transforming the weights once and reusing them saves that step on every call.
-    """
-    from ..api import call
-
-    arrays = (data, weight) if bias is None else (data, weight, bias)
-    return call("conv2d_winograd_without_weight_transform", arrays, target=target,
-                tile_size=tile_size, padding=padding, data_layout=data_layout,
-                out_dtype=out_dtype, activation=activation)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DTypeError, InputError, require_int
-from ..op import (OpPattern, register_broadcast_schedule, register_injective_schedule,
-                  register_op, register_reduce_schedule)
-from ..shape import TensorType, simplify_dim
-from .scan import default_out_dtype, normalize_axis
+from ..eager import call
+from ..errors import DTypeError, require_int
+from ..op import KernelInfo, OpPattern, register_op
+from ..shape import TensorType, broadcast_shapes, normalize_axis, simplify_dim
+from .scan import default_out_dtype
 
 NUMERIC = ("int32", "int64", "float32", "float64")
 
@@ -24,23 +24,6 @@ def _numeric(op: str, name: str, t: TensorType) -> None:
 def _relu_rel(inputs, attrs):
     _numeric("relu", "x", inputs[0])
     return inputs[0]
-
-
-def broadcast_shapes(op: str, a: TensorType, b: TensorType) -> tuple:
-    """NumPy broadcasting over ints and symbols; symbols must match exactly or meet a 1."""
-    ra, rb = a.shape[::-1], b.shape[::-1]
-    out = []
-    for i in range(max(len(ra), len(rb))):
-        da = ra[i] if i < len(ra) else 1
-        db = rb[i] if i < len(rb) else 1
-        if da == db or db == 1:
-            out.append(da)
-        elif da == 1:
-            out.append(db)
-        else:
-            raise InputError(f"{op}: shapes {a.shape} and {b.shape} do not broadcast "
-                             f"(dimension -{i + 1}: {da} vs {db})")
-    return tuple(out[::-1])
 
 
 def _add_rel(inputs, attrs):
@@ -72,38 +55,30 @@ def _sum_rel(inputs, attrs: ReduceAttrs):
 
 register_op("relu", num_inputs=1, type_rel=_relu_rel, pattern=OpPattern.INJECTIVE,
             reference=lambda x, attrs: np.maximum(x, x.dtype.type(0)), input_names=("x",),
-            kernel_info={"expr": lambda x, t: f"({x} > ({t})0 ? {x} : ({t})0)"},
+            kernel_info=KernelInfo(expr=lambda x, t: f"({x} > ({t})0 ? {x} : ({t})0)"),
             doc="max(x, 0) elementwise.")
 register_op("add", num_inputs=2, type_rel=_add_rel, pattern=OpPattern.BROADCAST,
             reference=lambda a, b, attrs: np.add(a, b), input_names=("a", "b"),
-            kernel_info={"expr": lambda a, b, t: f"({a} + {b})"},
+            kernel_info=KernelInfo(expr=lambda a, b, t: f"({a} + {b})"),
             doc="a + b with NumPy broadcasting.")
 register_op("sum", attrs=ReduceAttrs, num_inputs=1, type_rel=_sum_rel, pattern=OpPattern.REDUCE,
             reference=lambda x, attrs: np.sum(x, axis=attrs.axis,
                                               dtype=default_out_dtype(x.dtype.name)),
-            input_names=("x",), kernel_info={"combine": lambda a, b: f"({a} + {b})", "identity": "0"},
+            input_names=("x",),
+            kernel_info=KernelInfo(combine=lambda a, b: f"({a} + {b})", identity="0"),
             doc="Sum over one axis.")
-register_injective_schedule("relu")
-register_broadcast_schedule("add")
-register_reduce_schedule("sum")
 
 
 def relu(x, *, target=None):
     """max(x, 0) elementwise."""
-    from ..api import call
-
     return call("relu", (x,), target=target)
 
 
 def add(a, b, *, target=None):
     """a + b with NumPy broadcasting (same dtype)."""
-    from ..api import call
-
     return call("add", (a, b), target=target)
 
 
 def sum(x, axis=-1, *, target=None):  # noqa: A001
     """Sum over one axis (bool/int32 accumulate in int64, as NumPy)."""
-    from ..api import call
-
     return call("sum", (x,), target=target, axis=axis)

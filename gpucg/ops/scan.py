@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import AttrError, DTypeError, InputError, describe, require_bool
+from ..eager import call
+from ..errors import AttrError, DTypeError, describe, require_bool
 from ..op import OpPattern, register_op
-from ..shape import TensorType, dtype_name, simplify_dim
+from ..shape import TensorType, dtype_name, normalize_axis, split_axis
 
 #: input dtypes scan accepts, and the dtypes it can produce
 IN_DTYPES = ("bool", "int32", "int64", "float32", "float64")
@@ -40,33 +41,9 @@ class ScanAttrs:
         object.__setattr__(self, "exclusive", require_bool("exclusive", self.exclusive))
 
 
-def normalize_axis(axis: int, ndim: int, arg: str = "axis") -> int:
-    """``axis`` in 0..ndim-1, or InputError naming the allowed range."""
-    if not -ndim <= axis < ndim:
-        allowed = f"{-ndim}..{ndim - 1}" if ndim else "none (the input is 0-d; use axis=None)"
-        raise InputError(f"{arg}={axis} is out of range for an input of rank {ndim}; allowed: {allowed}")
-    return axis % ndim
-
-
 def default_out_dtype(in_dtype: str) -> str:
     """NumPy's choice: small integers and bool accumulate in the platform integer (int64)."""
     return "int64" if in_dtype in ("bool", "int32") else in_dtype
-
-
-def split_axis(shape, attrs: ScanAttrs):
-    """(outer, length, inner) of the scanned axis; ints or SymPy expressions."""
-    if attrs.axis is None:
-        n = 1
-        for d in shape:
-            n = n * d
-        return 1, simplify_dim(n), 1
-    axis = normalize_axis(attrs.axis, len(shape))
-    outer, inner = 1, 1
-    for d in shape[:axis]:
-        outer = outer * d
-    for d in shape[axis + 1:]:
-        inner = inner * d
-    return simplify_dim(outer), simplify_dim(shape[axis]), simplify_dim(inner)
 
 
 def _type_rel(op: str):
@@ -77,14 +54,15 @@ def _type_rel(op: str):
                              f"allowed: {', '.join(IN_DTYPES)}")
         out_dtype = attrs.dtype or default_out_dtype(data.dtype)
         if attrs.axis is None:
-            _, n, _ = split_axis(data.shape, attrs)
+            _, n, _ = split_axis(data.shape, None)
             return TensorType((n,), out_dtype)
         normalize_axis(attrs.axis, data.ndim)
         return TensorType(data.shape, out_dtype)
     return rel
 
 
-def _reference(kind: str):
+def reference(kind: str):
+    """The NumPy reference of a scan whose combine is "sum" or "prod": ``ref(data, attrs)``."""
     def ref(data: np.ndarray, attrs: ScanAttrs) -> np.ndarray:
         dtype = attrs.dtype or default_out_dtype(np.dtype(data.dtype).name)
         fn = np.cumsum if kind == "sum" else np.cumprod
@@ -112,16 +90,9 @@ def _reference(kind: str):
 for _name, _kind in (("cumsum", "sum"), ("cumprod", "prod")):
     register_op(
         _name, attrs=ScanAttrs, num_inputs=1, type_rel=_type_rel(_name),
-        pattern=OpPattern.OPAQUE, reference=_reference(_kind), input_names=("data",),
-        kernel_info={"combine": _kind},
+        pattern=OpPattern.OPAQUE, reference=reference(_kind), input_names=("data",),
         doc=f"{'Cumulative sum' if _kind == 'sum' else 'Cumulative product'} along an axis.",
     )
-
-
-def _eager(name: str, data, axis, dtype, exclusive, target):
-    from ..api import call
-
-    return call(name, (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive)
 
 
 def cumsum(data, axis=None, dtype=None, exclusive=False, *, target=None):
@@ -135,9 +106,9 @@ def cumsum(data, axis=None, dtype=None, exclusive=False, *, target=None):
         exclusive: if True, the first element is 0 and element i sums the elements before i.
         target: "cuda", "opencl", "numpy" or None for the default target.
     """
-    return _eager("cumsum", data, axis, dtype, exclusive, target)
+    return call("cumsum", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive)
 
 
 def cumprod(data, axis=None, dtype=None, exclusive=False, *, target=None):
     """Cumulative product along ``axis``, as ``np.cumprod``; see :func:`cumsum`."""
-    return _eager("cumprod", data, axis, dtype, exclusive, target)
+    return call("cumprod", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive)

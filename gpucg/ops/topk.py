@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..eager import call
 from ..errors import AttrError, DTypeError, describe, require_bool, require_int
-from ..op import Constraint, OpPattern, register_op
-from ..shape import TensorType, dtype_name, simplify_dim
-from .scan import normalize_axis
+from ..op import Constraint, KernelInfo, OpPattern, register_op
+from ..shape import TensorType, dtype_name, normalize_axis
 
 #: input dtypes topk/sort/argsort accept
 IN_DTYPES = ("float16", "float32", "float64", "int32", "int64")
@@ -102,16 +102,6 @@ def kept(n, v: SelectView):
     return n if v.k < 1 else v.k
 
 
-def rows_split(shape, axis: int):
-    """(outer, n, inner): the selected axis has length n; rows = outer * inner."""
-    outer, inner = 1, 1
-    for d in shape[:axis]:
-        outer = outer * d
-    for d in shape[axis + 1:]:
-        inner = inner * d
-    return simplify_dim(outer), shape[axis], simplify_dim(inner)
-
-
 def _type_rel(op: str):
     def rel(inputs, attrs):
         (data,) = inputs
@@ -174,7 +164,7 @@ for _name, _attrs, _doc in (
                 pattern=OpPattern.OPAQUE, reference=_reference(_name), input_names=("data",),
                 doc=_doc, constraints=_constraints,
                 # the kernels compare and move bit patterns only: no float16/64 arithmetic
-                kernel_info={"storage_dtypes": IN_DTYPES})
+                kernel_info=KernelInfo(storage_dtypes=IN_DTYPES))
 
 
 def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32", *, target=None):
@@ -191,21 +181,15 @@ def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32", *,
 
     Ties keep index order; NaN is larger than every number.
     """
-    from ..api import call
-
     return call("topk", (data,), target=target, k=k, axis=axis, ret_type=ret_type,
                 is_ascend=is_ascend, dtype=dtype)
 
 
 def sort(data, axis=-1, is_ascend=True, *, target=None):
     """Stable sort along ``axis`` (NaN last when ascending, first when descending)."""
-    from ..api import call
-
     return call("sort", (data,), target=target, axis=axis, is_ascend=is_ascend)
 
 
 def argsort(data, axis=-1, is_ascend=True, dtype="int32", *, target=None):
     """Indices of a stable sort along ``axis``; equal values keep index order."""
-    from ..api import call
-
     return call("argsort", (data,), target=target, axis=axis, is_ascend=is_ascend, dtype=dtype)

@@ -6,7 +6,6 @@ import importlib
 import threading
 
 from ..errors import BackendUnavailableError
-from . import stats
 
 _TABLE = {
     "numpy": ("gpucg.runtime.numpy_backend", "NumpyBackend", "numpy"),
@@ -42,4 +41,4 @@ def backend_status(name: str) -> tuple[bool, str, str]:
         return False, "", str(exc)
 
 
-__all__ = ["backend_status", "get_backend", "stats"]
+__all__ = ["backend_status", "get_backend"]

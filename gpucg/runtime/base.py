@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..errors import ResourceError
-from . import stats
+from .. import counters as stats
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -65,8 +65,18 @@ class Backend(ABC):
     def contiguous(self, array):
         return array
 
+    def export(self, array):
+        """The array as callers on this backend receive it (the backend's public array type)."""
+        return array
+
     def synchronize(self) -> None:
         pass
+
+    def clear_memory_cache(self) -> None:
+        """Forget the compiled programs held in memory (the on-disk cache stays)."""
+        programs = getattr(self, "_programs", None)
+        if programs is not None:
+            programs.clear()
 
     def max_block(self) -> int:
         return 1024

@@ -13,7 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from .. import __version__, knobs
+from .. import knobs
+from ..version import __version__
 
 log = logging.getLogger("gpucg.cache")
 _DIGEST = 32

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..codegen import CUDA
 from ..errors import CompileError, LaunchError, TargetUnavailableError
-from . import stats
+from .. import counters as stats
 from .base import Backend, Program
 from .cache import cache_key
 

@@ -1,5 +1,5 @@
-"""Strategies: for each operator, its implementations on every target."""
+"""Strategies: for each operator family in gpucg/ops, its implementations on every target.
 
-from . import conv2d, generic, scan, topk  # noqa: F401
-
-__all__ = ["conv2d", "generic", "scan", "topk"]
+Each module defines ``STRATEGIES = {operator: {target key: strategy function}}``; gpucg.builtin
+registers them. ``generic`` holds the shared schedules of simple operators.
+"""

@@ -11,19 +11,19 @@ GPU implementations, by plevel:
   scan_chunked always: chunks of each column are reduced, the chunk totals scanned, the chunks
                re-scanned with their carry.
 On an OpenCL CPU device (PoCL) the sequential column kernels win: each work-item streams its
-own row or chunk, which is what a CPU core does best.
+own row or chunk, which is what a CPU core does best. The host target runs NumPy's own scan.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import sympy
 
 from ..autotune.space import ConfigSpace
-from ..codegen import KernelSpec
-from ..ops.scan import default_out_dtype, split_axis
-from ..op import get_op
+from ..implementation import Kernel, host_impl, kernel_impl
 from ..runtime.base import ceil_div
-from ..strategy import Implementation, Strategy
+from ..shape import normalize_axis, split_axis
+from ..strategy import Strategy
 
 ROWS_MAX = 4096
 GPU_COLUMNS_MIN = 32768
@@ -43,127 +43,134 @@ def _cols_space(wg: int, chunk: int) -> ConfigSpace:
 
 
 def _dims(ctx):
-    return split_axis(tuple(ctx.inputs[0].shape), ctx.attrs)
+    return split_axis(ctx.inputs[0].shape, ctx.attrs.axis)
 
 
-def _scan_rows_run(ctx) -> None:
+def _rows_run(ctx, scan) -> None:
     outer, n, _ = _dims(ctx)
-    ctx.kernel("scan")(ctx.inputs[0], ctx.outputs[0], ctx.size(n), grid=outer * (n > 0),
-                       block=ctx.config["wg"])
+    scan(ctx.inputs[0], ctx.outputs[0], ctx.size(n), grid=outer * (n > 0), block=ctx.config["wg"])
 
 
-def _scan_device_run(ctx) -> None:
+def _device_run(ctx, scan, tile_reduce, scan_partials, tile_apply) -> None:
     outer, n, _ = _dims(ctx)
     wg, tile = ctx.config["wg"], ctx.config["wg"] * ctx.config["items"]
     tiles = ceil_div(n, tile)
     x, y = ctx.inputs[0], ctx.outputs[0]
     if tiles <= 1:
-        ctx.kernel("scan")(x, y, ctx.size(n), grid=outer * (n > 0), block=wg)
+        scan(x, y, ctx.size(n), grid=outer * (n > 0), block=wg)
         return
     partial = ctx.empty((outer * tiles,), y.dtype)
     carries = ctx.empty((outer * tiles,), y.dtype)
-    ctx.kernel("tile_reduce")(x, partial, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
-    ctx.kernel("scan_partials")(partial, carries, ctx.size(tiles), grid=outer, block=wg)
-    ctx.kernel("tile_apply")(x, y, carries, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
+    tile_reduce(x, partial, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
+    scan_partials(partial, carries, ctx.size(tiles), grid=outer, block=wg)
+    tile_apply(x, y, carries, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
 
 
-def _scan_cols_run(ctx) -> None:
+def _cols_run(ctx, scan) -> None:
     outer, n, inner = _dims(ctx)
-    wg = ctx.config["wg"]
-    chunk = min(ctx.config.get("chunk", n), n) if n else 1
+    wg, s = ctx.config["wg"], ctx.size
+    scan(ctx.inputs[0], ctx.outputs[0], s(outer), s(n), s(inner), s(n), s(1),
+         grid=ceil_div(outer * inner * (n > 0), wg), block=wg)
+
+
+def _chunked_run(ctx, scan, chunk_reduce, scan_partials, chunk_scan) -> None:
+    outer, n, inner = _dims(ctx)
+    chunk = min(ctx.config["chunk"], n) if n else 1
     chunks = ceil_div(n, chunk) if n else 0
-    x, y = ctx.inputs[0], ctx.outputs[0]
-    s = ctx.size
     if chunks <= 1:
-        work = outer * inner * (n > 0)
-        ctx.kernel("scan")(x, y, s(outer), s(n), s(inner), s(n), s(1),
-                           grid=ceil_div(work, wg), block=wg)
+        _cols_run(ctx, scan)
         return
+    wg, s = ctx.config["wg"], ctx.size
+    x, y = ctx.inputs[0], ctx.outputs[0]
     work = outer * chunks * inner
     partial = ctx.empty((work,), y.dtype)
     carries = ctx.empty((work,), y.dtype)
     grid = ceil_div(work, wg)
-    ctx.kernel("chunk_reduce")(x, partial, s(outer), s(n), s(inner), s(chunk), s(chunks),
-                               grid=grid, block=wg)
-    ctx.kernel("scan_partials")(partial, carries, s(outer), s(chunks), s(inner), s(chunks), s(1),
-                                grid=ceil_div(outer * inner, wg), block=wg)
-    ctx.kernel("chunk_scan")(x, y, carries, s(outer), s(n), s(inner), s(chunk), s(chunks),
-                             grid=grid, block=wg)
+    chunk_reduce(x, partial, s(outer), s(n), s(inner), s(chunk), s(chunks), grid=grid, block=wg)
+    scan_partials(partial, carries, s(outer), s(chunks), s(inner), s(chunks), s(1),
+                  grid=ceil_div(outer * inner, wg), block=wg)
+    chunk_scan(x, y, carries, s(outer), s(n), s(inner), s(chunk), s(chunks), grid=grid, block=wg)
 
 
-def _kernels(op: str, combine: str, in_dtype: str, out_dtype: str, exclusive: bool, parts):
-    """Kernel specs builder: ``parts`` maps key -> (template, overrides)."""
-    def build(config):
-        out = {}
-        for key, (template, extra) in parts.items():
-            params = dict(in_dtype=in_dtype, out_dtype=out_dtype, combine=combine,
-                          exclusive=exclusive, wg=config["wg"], items=config.get("items", 1))
-            params.update(extra)
-            out[key] = KernelSpec.make(template, f"gpucg_{op}_{key}", **params)
-        return out
-    return build
+def _partials(p: dict) -> dict:
+    """The scan of partial totals reads them in the output dtype and shifts by one."""
+    return {"in_dtype": p["out_dtype"], "exclusive": True}
 
 
-def make_gpu_strategy(op_name: str, combine: str):
+_ROW_SCAN = Kernel("scan/scan_rows.j2", doc="one work-group scans one row, tile by tile")
+_COL_SCAN = Kernel("scan/scan_cols.j2", {"has_carry": False},
+                   doc="one work-item scans one column (or one chunk of it)")
+
+SCAN_ROWS = kernel_impl("scan_rows", _rows_run, scan=_ROW_SCAN)
+SCAN_DEVICE = kernel_impl(
+    "scan_device", _device_run, scan=_ROW_SCAN,
+    tile_reduce=Kernel("scan/scan_tile_reduce.j2", doc="pass 1: the total of each tile"),
+    scan_partials=Kernel("scan/scan_rows.j2", derive=_partials,
+                         doc="pass 2: the exclusive scan of the tile totals of each row"),
+    tile_apply=Kernel("scan/scan_tile_apply.j2", doc="pass 3: each tile scanned from its carry"))
+SCAN_COLS = kernel_impl("scan_cols", _cols_run, scan=_COL_SCAN)
+SCAN_CHUNKED = kernel_impl(
+    "scan_chunked", _chunked_run, scan=_COL_SCAN,
+    chunk_reduce=Kernel("scan/scan_cols_reduce.j2", doc="pass 1: the total of each chunk"),
+    scan_partials=Kernel("scan/scan_cols.j2", {"has_carry": False}, derive=_partials,
+                         doc="pass 2: the exclusive scan of the chunk totals of each column"),
+    chunk_scan=Kernel("scan/scan_cols.j2", {"has_carry": True},
+                      doc="pass 3: each chunk scanned from its carry"))
+
+
+def _numpy_scan_run(ctx):
+    """np.cumsum/np.cumprod, then the shift by one of an exclusive scan."""
+    fn, axis, dtype, exclusive, identity = ctx.info
+    x = ctx.inputs[0]
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    out = fn(x, axis=axis, dtype=dtype)
+    if exclusive and out.shape[axis]:
+        out = np.concatenate([np.full_like(out.take([0], axis=axis), identity),
+                              out.take(np.arange(out.shape[axis] - 1), axis=axis)], axis=axis)
+    return out
+
+
+NUMPY_SCAN = host_impl("numpy_scan", _numpy_scan_run)
+
+
+def gpu_strategy(combine: str):
+    """The GPU strategy of a scan whose combine is "sum" or "prod"."""
     def strategy(attrs, inputs, outputs, target):
         (data,), (out,) = inputs, outputs
-        outer, n, inner = split_axis(data.shape, attrs)
-        in_dt, out_dt = data.dtype, out.dtype
-        excl = attrs.exclusive
-        kind = target.kind
-        on_cpu = target.attrs.get("device") == "cpu"
-        k = lambda parts: _kernels(op_name, combine, in_dt, out_dt, excl, parts)  # noqa: E731
-        rows_parts = {"scan": ("scan/scan_rows.j2", {})}
-        device_parts = {
-            "scan": ("scan/scan_rows.j2", {}),
-            "tile_reduce": ("scan/scan_tile_reduce.j2", {}),
-            "scan_partials": ("scan/scan_rows.j2", {"in_dtype": out_dt, "exclusive": True}),
-            "tile_apply": ("scan/scan_tile_apply.j2", {}),
-        }
-        cols_parts = {"scan": ("scan/scan_cols.j2", {"has_carry": False})}
-        chunked_parts = {
-            "scan": ("scan/scan_cols.j2", {"has_carry": False}),
-            "chunk_reduce": ("scan/scan_cols_reduce.j2", {}),
-            "scan_partials": ("scan/scan_cols.j2", {"in_dtype": out_dt, "exclusive": True,
-                                                    "has_carry": False}),
-            "chunk_scan": ("scan/scan_cols.j2", {"has_carry": True}),
-        }
+        outer, n, inner = split_axis(data.shape, attrs.axis)
+        params = dict(in_dtype=data.dtype, out_dtype=out.dtype, combine=combine,
+                      exclusive=attrs.exclusive)
+        on_cpu = target.on_cpu
         row_major = sympy.Eq(inner, 1)
-        columns = outer * inner
-        s = Strategy()
         # plevels: GPUs prefer work-group scans on rows; CPUs prefer sequential streams
         p_rows, p_device, p_cols, p_chunked = (4, 3, 12, 5) if on_cpu else (12, 10, 8, 5)
-        s.add_implementation(Implementation(
-            f"scan_rows.{kind}", p_rows, _scan_rows_run, k(rows_parts),
-            condition=sympy.And(row_major, n <= ROWS_MAX), space=_TILE_SPACE))
-        s.add_implementation(Implementation(
-            f"scan_device.{kind}", p_device, _scan_device_run, k(device_parts),
-            condition=row_major, space=_TILE_SPACE))
-        s.add_implementation(Implementation(
-            f"scan_cols.{kind}", p_cols, _scan_cols_run, k(cols_parts),
-            condition=columns >= (CPU_COLUMNS_MIN if on_cpu else GPU_COLUMNS_MIN),
-            space=ConfigSpace({"wg": (32, 64, 128, 256)}, {"wg": 64 if on_cpu else 256})))
-        s.add_implementation(Implementation(
-            f"scan_chunked.{kind}", p_chunked, _scan_cols_run, k(chunked_parts),
-            space=_cols_space(64 if on_cpu else 256, 4096 if on_cpu else 256)))
+        s = Strategy(target)
+        s.add(SCAN_ROWS, p_rows, condition=sympy.And(row_major, n <= ROWS_MAX),
+              space=_TILE_SPACE, params=params)
+        s.add(SCAN_DEVICE, p_device, condition=row_major, space=_TILE_SPACE, params=params)
+        s.add(SCAN_COLS, p_cols,
+              condition=outer * inner >= (CPU_COLUMNS_MIN if on_cpu else GPU_COLUMNS_MIN),
+              space=ConfigSpace({"wg": (32, 64, 128, 256)}, {"wg": 64 if on_cpu else 256}),
+              params=params)
+        s.add(SCAN_CHUNKED, p_chunked, params=params,
+              space=_cols_space(64 if on_cpu else 256, 4096 if on_cpu else 256))
         return s
     return strategy
 
 
-def make_cpu_strategy(op_name: str):
-    def run(ctx):
-        ref = get_op(op_name).reference
-        ctx.outputs[0][...] = ref(ctx.inputs[0], ctx.attrs).reshape(ctx.outputs[0].shape)
+def host_strategy(combine: str):
+    """np.cumsum/np.cumprod are the best host scans."""
+    fn, identity = (np.cumsum, 0) if combine == "sum" else (np.cumprod, 1)
 
     def strategy(attrs, inputs, outputs, target):
-        s = Strategy()
-        s.add_implementation(Implementation(f"scan.{target.kind}", 10, run))
+        axis = None if attrs.axis is None else normalize_axis(attrs.axis, inputs[0].ndim)
+        s = Strategy(target)
+        s.add(NUMPY_SCAN, 10, info=(fn, axis, np.dtype(outputs[0].dtype), attrs.exclusive,
+                                    identity))
         return s
     return strategy
 
 
-for _op, _combine in (("cumsum", "sum"), ("cumprod", "prod")):
-    get_op(_op).strategy.register(["gpu"], make_gpu_strategy(_op, _combine))
-    get_op(_op).strategy.register(["cpu"], make_cpu_strategy(_op))
-
-__all__ = ["default_out_dtype", "make_cpu_strategy", "make_gpu_strategy"]
+STRATEGIES = {op: {"gpu": gpu_strategy(combine), "cpu": host_strategy(combine)}
+              for op, combine in (("cumsum", "sum"), ("cumprod", "prod"))}

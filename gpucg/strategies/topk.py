@@ -20,19 +20,17 @@ GPU implementations, by plevel:
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 import sympy
 
 from ..autotune.space import ConfigSpace
-from ..codegen import KernelSpec
-from ..op import get_op
-from ..ops.scan import normalize_axis
-from ..ops.topk import kept, rows_split, stable_order, view
+from ..implementation import Kernel, host_impl, kernel_impl
+from ..ops.topk import kept, stable_order, view
 from ..runtime.base import ceil_div
-from ..strategy import Implementation, Strategy
+from ..shape import normalize_axis, split_axis
+from ..strategy import Strategy
 
 GROUP_K_MAX = 128
 RADIX_N_MIN = 8192
@@ -77,7 +75,7 @@ def _problem(ctx) -> _Problem | None:
     data = ctx.inputs[0]
     v = view(ctx.attrs)
     axis = normalize_axis(v.axis, data.ndim)
-    outer, n, inner = rows_split(tuple(int(d) for d in data.shape), axis)
+    outer, n, inner = split_axis(tuple(int(d) for d in data.shape), axis)
     k = kept(n, v)
     names = {"both": ("values", "indices"), "values": ("values",), "indices": ("indices",)}[v.ret_type]
     outs = dict(zip(names, ctx.outputs))
@@ -97,11 +95,12 @@ def _problem(ctx) -> _Problem | None:
 
 # -- running --------------------------------------------------------------------------------
 
-def _sort_rows(ctx, p: _Problem, pairs, n_row: int, prefix: str) -> None:
+def _sort_rows(ctx, p: _Problem, pairs, n_row: int, sort, blocks, merge, merge_emit) -> None:
     """Sort every row (of the data, or of n_row candidate pairs) and emit the first k.
 
     ``pairs`` is None to sort the data itself, else (keys, indices) buffers of rows x n_row.
-    Kernels: <prefix>sort (one block, emits), <prefix>blocks (block runs), merge, merge_emit.
+    ``sort`` sorts a row that fits one block and emits; longer rows are sorted in blocks, then
+    merged pass by pass, the last pass emitting.
     """
     s = ctx.size
     wg = ctx.config["wg"]
@@ -109,57 +108,61 @@ def _sort_rows(ctx, p: _Problem, pairs, n_row: int, prefix: str) -> None:
     src = () if pairs is None else pairs
     common = (s(p.inner), s(n_row), s(p.n))
     if n_row <= block:
-        ctx.kernel(prefix + "sort")(p.data, *src, p.values, p.indices, *common, s(p.k), s(1),
-                                    grid=p.rows, block=wg)
+        sort(p.data, *src, p.values, p.indices, *common, s(p.k), s(1), grid=p.rows, block=wg)
         return
     nblocks = ceil_div(n_row, block)
     a = (ctx.empty((p.rows * n_row,), p.ukey), ctx.empty((p.rows * n_row,), ctx.idx))
     b = (ctx.empty((p.rows * n_row,), p.ukey), ctx.empty((p.rows * n_row,), ctx.idx))
-    ctx.kernel(prefix + "blocks")(p.data, *src, *a, *common, s(p.k), s(nblocks),
-                                  grid=p.rows * nblocks, block=wg)
+    blocks(p.data, *src, *a, *common, s(p.k), s(nblocks), grid=p.rows * nblocks, block=wg)
     width = block
     mwg = ctx.config["merge_wg"]
     grid = ceil_div(p.rows * n_row, mwg)
     while True:
         last = 2 * width >= n_row
         out = (p.values, p.indices) if last else b
-        ctx.kernel("merge_emit" if last else "merge")(p.data, *a, *out, *common, s(p.k), s(width),
-                                                      s(p.rows), grid=grid, block=mwg)
+        (merge_emit if last else merge)(p.data, *a, *out, *common, s(p.k), s(width), s(p.rows),
+                                        grid=grid, block=mwg)
         if last:
             return
         a, b = b, a
         width *= 2
 
 
-def _sort_run(ctx) -> None:
+def _bitonic_run(ctx, sort) -> None:
     p = _problem(ctx)
     if p is not None:
-        _sort_rows(ctx, p, None, p.n, "")
+        _sort_rows(ctx, p, None, p.n, sort, None, None, None)
 
 
-def _group_run(ctx, kk: int) -> None:
-    """topk_group's run; ``kk`` is the private list length the kernels were compiled for."""
+def _merge_run(ctx, sort, blocks, merge, merge_emit) -> None:
+    p = _problem(ctx)
+    if p is not None:
+        _sort_rows(ctx, p, None, p.n, sort, blocks, merge, merge_emit)
+
+
+def _group_run(ctx, emit, split, emit_pairs, split_pairs) -> None:
     p = _problem(ctx)
     if p is None:
         return
     s = ctx.size
+    kk = ctx.params["K"]  # the private list length the kernels were compiled for
     wg = ctx.config["wg"]
     per_item, groups = ctx.config["per_item"], ctx.config["groups"]
-    n_cur, pairs, tag = p.n, (), ""
+    n_cur, pairs, last, part = p.n, (), emit, split
     while True:
         splits = max(1, min(ceil_div(groups, p.rows), ceil_div(n_cur, wg * per_item)))
         if splits == 1:
-            ctx.kernel("emit" + tag)(p.data, *pairs, p.values, p.indices, s(p.inner), s(n_cur),
-                                     s(p.n), s(p.k), s(1), grid=p.rows, block=wg)
+            last(p.data, *pairs, p.values, p.indices, s(p.inner), s(n_cur), s(p.n), s(p.k), s(1),
+                 grid=p.rows, block=wg)
             return
         m = splits * kk
         out = (ctx.empty((p.rows * m,), p.ukey), ctx.empty((p.rows * m,), ctx.idx))
-        ctx.kernel("split" + tag)(p.data, *pairs, *out, s(p.inner), s(n_cur), s(p.n), s(kk),
-                                  s(splits), grid=p.rows * splits, block=wg)
-        n_cur, pairs, tag = m, out, "_pairs"
+        part(p.data, *pairs, *out, s(p.inner), s(n_cur), s(p.n), s(kk), s(splits),
+             grid=p.rows * splits, block=wg)
+        n_cur, pairs, last, part = m, out, emit_pairs, split_pairs
 
 
-def _radix_run(ctx) -> None:
+def _radix_run(ctx, init, hist, scan, collect, cand_sort, cand_blocks, merge, merge_emit) -> None:
     p = _problem(ctx)
     if p is None:
         return
@@ -171,51 +174,73 @@ def _radix_run(ctx) -> None:
     ibits = 64 if ctx.wide else 32
     st_key = ctx.empty((2 * p.rows,), p.ukey)
     st_lo = ctx.empty((4 * p.rows,), np.uint64 if ctx.wide else np.uint32)
-    hist = ctx.empty((257 * p.rows,), np.uint32)
-    ctx.kernel("init")(st_key, st_lo, hist, s(p.k), grid=p.rows, block=256)
+    counts = ctx.empty((257 * p.rows,), np.uint32)
+    init(st_key, st_lo, counts, s(p.k), grid=p.rows, block=RADIX_WG)
     for pass_ in range((kbits + ibits) // 8):
         if pass_ == kbits // 8:
             # early stop for the index bits: most rows are decided by the key bits alone
             if ctx.backend.to_host(st_lo)[3::4].all():
                 break
-        ctx.kernel("hist")(p.data, st_key, st_lo, hist, s(p.inner), s(p.n), s(chunks),
-                           np.int32(pass_), grid=p.rows * chunks, block=wg)
-        ctx.kernel("scan")(st_key, st_lo, hist, np.int32(pass_), grid=p.rows, block=256)
+        hist(p.data, st_key, st_lo, counts, s(p.inner), s(p.n), s(chunks), np.int32(pass_),
+             grid=p.rows * chunks, block=wg)
+        scan(st_key, st_lo, counts, np.int32(pass_), grid=p.rows, block=RADIX_WG)
     cand = (ctx.empty((p.rows * p.k,), p.ukey), ctx.empty((p.rows * p.k,), ctx.idx))
-    ctx.kernel("filter")(p.data, st_key, st_lo, hist, *cand, s(p.inner), s(p.n), s(p.k),
-                         s(chunks), grid=p.rows * chunks, block=wg)
-    _sort_rows(ctx, p, cand, p.k, "cand_")
+    collect(p.data, st_key, st_lo, counts, *cand, s(p.inner), s(p.n), s(p.k), s(chunks),
+            grid=p.rows * chunks, block=wg)
+    _sort_rows(ctx, p, cand, p.k, cand_sort, cand_blocks, merge, merge_emit)
 
 
 # -- kernels --------------------------------------------------------------------------------
 
-def _specs(op: str, keyp: dict, parts: dict):
-    """config -> {key: KernelSpec}; ``parts`` maps key -> (template, params from config)."""
-    def build(config):
-        return {key: KernelSpec.make(f"topk/{template}", f"gpucg_{op}_{key}", **keyp, **extra(config))
-                for key, (template, extra) in parts.items()}
-    return build
+#: the radix select's per-row kernels run one work-group of 256, one work-item per digit
+RADIX_WG = 256
 
 
-def _sort_parts(prefix: str, from_pairs: bool) -> dict:
-    def blk(emit):
-        return lambda c: dict(wg=c["wg"], items=c["items"], from_pairs=from_pairs, emit=emit)
-    return {prefix + "sort": ("bitonic.j2", blk(True)), prefix + "blocks": ("bitonic.j2", blk(False))}
+def _bitonic(from_pairs: bool, emit: bool, doc: str) -> Kernel:
+    return Kernel("topk/bitonic.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc)
 
 
-def _merge_parts() -> dict:
-    def mrg(emit):
-        return lambda c: dict(wg=c["merge_wg"], emit=emit)
-    return {"merge": ("merge.j2", mrg(False)), "merge_emit": ("merge.j2", mrg(True))}
+def _merge(emit: bool, doc: str) -> Kernel:
+    return Kernel("topk/merge.j2", {"emit": emit}, lambda p: {"wg": p["merge_wg"]}, doc)
 
 
-RADIX_STAGES = ("init", "hist", "scan", "filter")
+def _select(from_pairs: bool, emit: bool, doc: str) -> Kernel:
+    return Kernel("topk/select.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc)
 
 
-def _radix_params(stage: str):
-    """Template parameters of one radix stage; init and scan run one work-group of 256 per row."""
-    return lambda c: dict(stage=stage, wg=256 if stage in ("init", "scan") else c["wg"],
-                          chunk=c["wg"] * c["chunk_items"])
+def _chunk(p: dict) -> dict:
+    return {"chunk": p["wg"] * p["chunk_items"]}
+
+
+_MERGE_KERNELS = dict(
+    merge=_merge(False, "one merge pass: runs 2i and 2i+1 merge, each element placed by rank"),
+    merge_emit=_merge(True, "the last merge pass, writing the first k as values and indices"))
+
+SORT_BITONIC = kernel_impl("sort_bitonic", _bitonic_run, sort=_bitonic(
+    False, True, "one work-group sorts a row in local memory and writes the first k"))
+SORT_MERGE = kernel_impl(
+    "sort_merge", _merge_run,
+    sort=_bitonic(False, True, "one work-group sorts a row that fits one block"),
+    blocks=_bitonic(False, False, "each work-group sorts one block of a row into a sorted run"),
+    **_MERGE_KERNELS)
+TOPK_GROUP = kernel_impl(
+    "topk_group", _group_run,
+    emit=_select(False, True, "private best-K lists merged in local memory; writes the top k"),
+    split=_select(False, False, "the best K of one segment of a row, as candidate pairs"),
+    emit_pairs=_select(True, True, "the top k of the candidates of each row"),
+    split_pairs=_select(True, False, "the best K of one segment of the candidates"))
+TOPK_RADIX = kernel_impl(
+    "topk_radix", _radix_run,
+    init=Kernel("topk/radix_init.j2", {"wg": RADIX_WG}, doc="start every row's search"),
+    hist=Kernel("topk/radix_hist.j2", derive=_chunk,
+                doc="count the next 8-bit digit of the elements still in the bucket"),
+    scan=Kernel("topk/radix_scan.j2", {"wg": RADIX_WG},
+                doc="find the digit whose bucket holds the k-th element"),
+    collect=Kernel("topk/radix_collect.j2", derive=_chunk,
+                   doc="copy the k chosen elements of each row into its candidate buffer"),
+    cand_sort=_bitonic(True, True, "sort the k candidates of a row in one block"),
+    cand_blocks=_bitonic(True, False, "sort one block of the candidates of a row"),
+    **_MERGE_KERNELS)
 
 
 def _sort_space(block: int, on_cpu: bool) -> ConfigSpace:
@@ -227,65 +252,43 @@ def _sort_space(block: int, on_cpu: bool) -> ConfigSpace:
         constraint=lambda c: c["wg"] * c["items"] == block)
 
 
-def make_gpu_strategy(op_name: str):
-    def strategy(attrs, inputs, outputs, target):
-        (data,) = inputs
-        v = view(attrs)
-        axis = normalize_axis(v.axis, data.ndim)
-        outer, n, inner = rows_split(data.shape, axis)
-        rows = outer * inner
-        kind = target.kind
-        on_cpu = target.attrs.get("device") == "cpu"
-        keyp = key_params(data.dtype, v.ascend, v.index_dtype)
-        block = block_size(keyp["kbits"])
-        sort_space = _sort_space(block, on_cpu)
-        s = Strategy()
-        if 1 <= v.k <= GROUP_K_MAX:
-            kk = group_k(v.k)
-            wg_max = max(16, min(256, block // kk))  # wg * K pairs fit one sort block
-            wgs = tuple(w for w in (1, 4, 16, 32, 64, 128, 256) if w <= wg_max)
-            # a CPU core runs a work-item of one best scanning its own stretch of a row
-            # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
-            default_wg = 1 if on_cpu else wg_max
-
-            def gparams(from_pairs, emit):
-                return lambda c: dict(wg=c["wg"], K=kk, from_pairs=from_pairs, emit=emit)
-            parts = {"emit": ("select.j2", gparams(False, True)),
-                     "split": ("select.j2", gparams(False, False)),
-                     "emit_pairs": ("select.j2", gparams(True, True)),
-                     "split_pairs": ("select.j2", gparams(True, False))}
-            s.add_implementation(Implementation(
-                f"topk_group.{kind}", 12, functools.partial(_group_run, kk=kk), _specs(op_name, keyp, parts),
-                condition=n >= 2 * kk,
-                space=ConfigSpace({"wg": wgs, "per_item": (16, 64, 256, 1024),
-                                   "groups": (2, 4, 16, 64, 256, 1024)},
-                                  {"wg": default_wg, "per_item": 1024 if on_cpu else 16,
-                                   "groups": 4 if on_cpu else 1024})))
-        if v.k > GROUP_K_MAX:
-            parts = {stage: ("radix.j2", _radix_params(stage)) for stage in RADIX_STAGES}
-            parts.update(_sort_parts("cand_", True))
-            parts.update(_merge_parts())
-            space = ConfigSpace({"wg": sort_space.knobs["wg"], "items": sort_space.knobs["items"],
-                                 "merge_wg": sort_space.knobs["merge_wg"],
-                                 "chunk_items": (4, 16, 64, 256)},
-                                dict(sort_space.default, chunk_items=16 if not on_cpu else 256),
-                                constraint=sort_space.constraint)
-            s.add_implementation(Implementation(
-                f"topk_radix.{kind}", 10, _radix_run, _specs(op_name, keyp, parts),
-                # long rows, or few rows of moderate length; and k well below n (else sort)
-                condition=sympy.And(n >= max(RADIX_FEW_ROWS_N_MIN, 2 * v.k),
-                                    sympy.Or(n >= RADIX_N_MIN, rows <= RADIX_FEW_ROWS)),
-                space=space))
-        s.add_implementation(Implementation(
-            f"sort_bitonic.{kind}", 9, _sort_run,
-            _specs(op_name, keyp, {"sort": _sort_parts("", False)["sort"]}),
-            condition=n <= block, space=sort_space))
-        parts = _sort_parts("", False)
-        parts.update(_merge_parts())
-        s.add_implementation(Implementation(
-            f"sort_merge.{kind}", 5, _sort_run, _specs(op_name, keyp, parts), space=sort_space))
-        return s
-    return strategy
+def gpu_strategy(attrs, inputs, outputs, target):
+    """topk_group for small k, topk_radix for large k on long rows, else a sort."""
+    (data,) = inputs
+    v = view(attrs)
+    outer, n, inner = split_axis(data.shape, v.axis)
+    rows = outer * inner
+    on_cpu = target.on_cpu
+    keyp = key_params(data.dtype, v.ascend, v.index_dtype)
+    block = block_size(keyp["kbits"])
+    sort_space = _sort_space(block, on_cpu)
+    s = Strategy(target)
+    if 1 <= v.k <= GROUP_K_MAX:
+        kk = group_k(v.k)
+        wg_max = max(16, min(256, block // kk))  # wg * K pairs fit one sort block
+        wgs = tuple(w for w in (1, 4, 16, 32, 64, 128, 256) if w <= wg_max)
+        # a CPU core runs a work-item of one best scanning its own stretch of a row
+        # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
+        s.add(TOPK_GROUP, 12, condition=n >= 2 * kk, params=dict(keyp, K=kk),
+              space=ConfigSpace({"wg": wgs, "per_item": (16, 64, 256, 1024),
+                                 "groups": (2, 4, 16, 64, 256, 1024)},
+                                {"wg": 1 if on_cpu else wg_max, "per_item": 1024 if on_cpu else 16,
+                                 "groups": 4 if on_cpu else 1024}))
+    elif v.k > GROUP_K_MAX:
+        s.exclude(TOPK_GROUP, 12, f"needs k <= {GROUP_K_MAX} (k is {v.k})")
+    if v.k > GROUP_K_MAX:
+        space = ConfigSpace({**sort_space.knobs, "chunk_items": (4, 16, 64, 256)},
+                            dict(sort_space.default, chunk_items=256 if on_cpu else 16),
+                            constraint=sort_space.constraint)
+        # long rows, or few rows of moderate length; and k well below n (else sort)
+        s.add(TOPK_RADIX, 10, params=keyp, space=space,
+              condition=sympy.And(n >= max(RADIX_FEW_ROWS_N_MIN, 2 * v.k),
+                                  sympy.Or(n >= RADIX_N_MIN, rows <= RADIX_FEW_ROWS)))
+    elif v.k >= 1:
+        s.exclude(TOPK_RADIX, 10, f"needs k > {GROUP_K_MAX} (k is {v.k})")
+    s.add(SORT_BITONIC, 9, condition=n <= block, space=sort_space, params=keyp)
+    s.add(SORT_MERGE, 5, space=sort_space, params=keyp)
+    return s
 
 
 # -- the NumPy fallback ---------------------------------------------------------------------
@@ -361,21 +364,18 @@ def numpy_select(data: np.ndarray, attrs):
     return tuple(out.values())
 
 
-def make_cpu_strategy(op_name: str):
-    def run(ctx):
-        for dst, src in zip(ctx.outputs, numpy_select(ctx.inputs[0], ctx.attrs)):
-            dst[...] = src
-
-    def strategy(attrs, inputs, outputs, target):
-        s = Strategy()
-        s.add_implementation(Implementation(f"topk_partition.{target.kind}", 10, run))
-        return s
-    return strategy
+def _host_run(ctx):
+    return numpy_select(ctx.inputs[0], ctx.attrs)
 
 
-for _op in ("topk", "sort", "argsort"):
-    get_op(_op).strategy.register(["gpu"], make_gpu_strategy(_op))
-    get_op(_op).strategy.register(["cpu"], make_cpu_strategy(_op))
+TOPK_PARTITION = host_impl("topk_partition", _host_run)
 
-__all__ = ["block_size", "group_k", "key_params", "make_cpu_strategy", "make_gpu_strategy",
-           "numpy_select"]
+
+def host_strategy(attrs, inputs, outputs, target):
+    """argpartition, then a sort of the k kept (see :func:`numpy_select`)."""
+    s = Strategy(target)
+    s.add(TOPK_PARTITION, 10)
+    return s
+
+
+STRATEGIES = {op: {"gpu": gpu_strategy, "cpu": host_strategy} for op in ("topk", "sort", "argsort")}

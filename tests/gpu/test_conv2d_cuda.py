@@ -24,13 +24,15 @@ def _helpers():
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_every_cuda_implementation(case, dtype):
     """Every implementation that may run for a case, with bias and relu, host arrays in."""
+    from conftest import applicable
+
     t = _helpers()
     c = t.CASES[case]
-    kw = t._kw(c, True)
+    kw = t.case_kw(c, True)
     ins = t.arrays(**dict(kw, dtype=dtype))
     attrs = dict(c[7], activation="relu")
     types = [gpucg.tensor(a.shape, dtype) for a in ins]
-    names = t._applicable(gpucg.explain("conv2d", *types, target="cuda", **attrs))
+    names = applicable("conv2d", *types, target="cuda", **attrs)
     for name in names:
         got, f = t.run("cuda", ins, impl=name, **attrs)
         assert f.last_impl == f"{name}.cuda"

@@ -36,8 +36,11 @@ def test_cupy_arrays_stay_on_gpu():
 def test_every_cuda_implementation_runs():
     x = np.random.default_rng(1).standard_normal((33, 9000)).astype(np.float32)
     n, m = gpucg.var("n"), gpucg.var("m")
-    f = gpucg.compile("cumsum", gpucg.tensor((n, m), "float32"), axis=1, target="cuda")
-    for wide in (False, True):
-        for i in range(len(f.selection.choices)):
-            out = f._run(i, (f.backend.to_device(x),), (x.shape,), wide, True)
-            np.testing.assert_allclose(out, np.cumsum(x, axis=1), rtol=1e-3, atol=1e-3)
+    typ = gpucg.tensor((n, m), "float32")
+    for index in ("int32", "int64"):
+        for choice in gpucg.explain("cumsum", typ, axis=1, target="cuda").choices:
+            if choice.condition is not None and not choice.condition.evaluate({n: 33, m: 9000}):
+                continue
+            f = gpucg.compile("cumsum", typ, axis=1, target="cuda", impl=choice.impl.name,
+                              index=index)
+            np.testing.assert_allclose(f(x), np.cumsum(x, axis=1), rtol=1e-3, atol=1e-3)

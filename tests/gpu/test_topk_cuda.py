@@ -46,6 +46,8 @@ def test_cuda_dtypes_sort_argsort(dtype, ties):
 
 
 def test_every_cuda_topk_implementation_and_wide_variant():
+    from conftest import applicable
+
     t = _helpers()
     rng = np.random.default_rng(5)
     ran = set()
@@ -53,14 +55,14 @@ def test_every_cuda_topk_implementation_and_wide_variant():
                             ((1, 200000), 300, "float16"), ((5, 1000), 0, "int64"),
                             ((2, 90000), 100, "int32"), ((2, 9000), 1000, "float32")]:
         x = t.make(shape, dtype, rng, ties=True)
+        typ = gpucg.tensor(shape, dtype)
         for asc in (False, True):
-            f = gpucg.compile("topk", gpucg.tensor(shape, dtype), k=k, is_ascend=asc, target="cuda")
-            for impl in t._all_impls(f):
-                if impl.condition is not None and impl.condition.decide() is not True:
-                    continue
-                for wide in (False, True):
-                    t.same(t.run_forced(f, impl, x, wide), t.reference("topk", x, k=k, is_ascend=asc))
-                ran.add(impl.name.split(".")[0])
+            for impl in applicable("topk", typ, k=k, is_ascend=asc, target="cuda"):
+                for index in ("int32", "int64"):
+                    f = gpucg.compile("topk", typ, k=k, is_ascend=asc, target="cuda", impl=impl,
+                                      index=index)
+                    t.same(f(x), t.reference("topk", x, k=k, is_ascend=asc))
+                ran.add(impl)
     assert ran == {"topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
 
 

@@ -1,0 +1,345 @@
+"""A selection made runnable: CompiledOp (sources, programs, the dispatcher) and RunContext.
+
+``gpucg.compile`` builds a CompiledOp: the operator's type relation gives the output types,
+its strategy the implementations, selection the choices, and the generated dispatcher (Python
+source, exec'd once) the code that checks the arguments of a call and picks a choice.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import threading
+
+import numpy as np
+
+from . import codegen, dispatch as _dispatch
+from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
+from .interop import ingest_all, native_kind
+from .op import get_op
+from . import counters as stats
+from .runtime import backend_status, get_backend
+from .shape import TensorType
+from .strategy import Selection, force, select, size_checks
+from .target import require_usable, resolve
+
+INDEX_MODES = ("auto", "int32", "int64")
+
+
+class Launcher:
+    """One kernel of the running implementation: call it to launch; compiled on first use."""
+
+    __slots__ = ("ctx", "key")
+
+    def __init__(self, ctx: "RunContext", key: str):
+        self.ctx = ctx
+        self.key = key
+
+    def __call__(self, *args, grid: int, block: int) -> None:
+        ctx = self.ctx
+        ctx.compiled.program(ctx.index, self.key, ctx.wide)(*args, grid=grid, block=block)
+
+
+class RunContext:
+    """What an implementation's ``run`` sees: attrs, config, parameters, arrays, index width.
+
+    Attributes:
+        attrs: the operator's attributes; config: the chosen config; params: the template
+            parameters of this call; info: the strategy's host-side facts (ctx.info).
+        inputs: the input arrays on the backend; outputs: output arrays to fill (allocated on
+            first use: host implementations may return their results instead).
+        wide: 64-bit indexing; idx: the NumPy type of size arguments.
+    """
+
+    def __init__(self, compiled: "CompiledOp", index: int, inputs, out_shapes, wide: bool):
+        choice = compiled.selection.choices[index]
+        self.compiled = compiled
+        self.index = index
+        self.attrs = compiled.attrs
+        self.config = choice.config
+        self.impl = choice.impl
+        self.params = choice.impl.params
+        self.info = choice.impl.info
+        self.backend = compiled.backend
+        self.inputs = inputs
+        self.out_shapes = out_shapes
+        self._outputs = None
+        self.wide = wide
+        self.idx = np.int64 if wide else np.int32
+
+    @property
+    def outputs(self) -> tuple:
+        if self._outputs is None:
+            self._outputs = tuple(self.backend.empty(s, t.dtype) for s, t in
+                                  zip(self.out_shapes, self.compiled.output_types))
+        return self._outputs
+
+    def kernels(self) -> dict:
+        """A launcher per kernel of the implementation, by key."""
+        return {key: Launcher(self, key) for key in self.impl.kernels}
+
+    def empty(self, shape, dtype):
+        """A scratch array on the backend."""
+        return self.backend.empty(shape, dtype)
+
+    def size(self, value: int):
+        """A size argument in the kernel's index type."""
+        return self.idx(value)
+
+    def widen(self) -> None:
+        """Switch later launches to the 64-bit-index kernels (scratch that outgrows 32 bits)."""
+        self.wide = True
+        self.idx = np.int64
+
+
+def _bad_dim(name, axis, actual, expected):
+    raise SignatureError(f"{name}.shape[{axis}] is {actual}, but the compiled signature needs {expected}")
+
+
+def _bad_input(message):
+    raise InputError(message)
+
+
+def _plan(index, inputs, out_shapes, wide, host):
+    return index, out_shapes, wide
+
+
+class CompiledOp:
+    """An operator compiled for a (possibly symbolic) signature on one target.
+
+    Attributes:
+        selection: what selection decided (see :func:`gpucg.explain`).
+        dispatcher_source: the generated Python that checks the arguments and picks a kernel.
+        sources: kernel name -> kernel source, for every implementation the dispatcher may run.
+        last_impl: the name of the implementation the most recent call ran (None before one).
+    """
+
+    def __init__(self, op_name: str, input_types, target=None, records=None, impl=None,
+                 index: str = "auto", **attrs):
+        self.op = get_op(op_name)
+        self.attrs = self.op.make_attrs(**attrs)
+        self.input_types = tuple(input_types)
+        for i, t in enumerate(self.input_types):
+            if not isinstance(t, TensorType):
+                raise InputError(f"input {i} of {op_name}={describe(t)} must be a gpucg.tensor(...)")
+        if index not in INDEX_MODES:
+            raise InputError(f"index={describe(index)} is not allowed; allowed: "
+                             f"{', '.join(map(repr, INDEX_MODES))}")
+        self.index_mode = index
+        self.target = resolve(target)
+        self.output_types = self.op.infer(self.input_types, self.attrs)
+        checks = size_checks(self.op, self.input_types, self.attrs)
+        strategy = self.op.strategy(self.attrs, self.input_types, self.output_types,
+                                    target=self.target)
+        if impl is not None:
+            strategy, check = force(strategy, impl, op_name, self.target)
+            checks += check
+        self.selection: Selection = select(op_name, strategy, self.input_types, self.output_types,
+                                           dataclasses.asdict(self.attrs), self.target, records)
+        if backend_status(self.target.backend)[0]:
+            self._check_dtypes()
+        names = self.op.input_names[:len(self.input_types)]
+        wide = {"auto": None, "int32": False, "int64": True}[index]
+        self.dispatcher_source = _dispatch.generate(self.selection, names, checks, wide)
+        code = builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec")
+        common = {"_bad_dim": _bad_dim, "_bad_input": _bad_input}
+        run_ns = dict(common, _inputs=self._inputs, _run=self._run)
+        plan_ns = dict(common, _inputs=self._check_inputs, _run=_plan)
+        exec(code, run_ns)
+        exec(code, plan_ns)
+        self._dispatch = run_ns["dispatch"]
+        self._plan = plan_ns["dispatch"]
+        self._programs: dict = {}
+        self._specs: dict = {}
+        self._out_dtypes = tuple(np.dtype(t.dtype) for t in self.output_types)
+        self._lock = threading.Lock()
+        self.last_impl: str | None = None
+
+    # -- sources ----------------------------------------------------------------------------
+    @property
+    def backend(self):
+        """The runtime backend of the target (looked up once, then kept)."""
+        backend = self.__dict__.get("_backend")
+        if backend is None:
+            backend = self.__dict__["_backend"] = get_backend(self.target.backend)
+        return backend
+
+    def _check_dtypes(self) -> None:
+        backend = self.backend
+        if not hasattr(backend, "supports"):
+            return
+        storage = self.op.kernel_info.storage_dtypes
+        for t in self.input_types + self.output_types:
+            if t.dtype not in storage and not backend.supports(t.dtype):
+                raise DTypeError(f"{self.op.name}: dtype {t.dtype} is not supported by the "
+                                 f"device of target {self.target}")
+
+    def entry(self, index: int, key: str) -> str:
+        """The kernel's entry name: gpucg_{op}_{impl}_{kernel}."""
+        return f"gpucg_{self.op.name}_{self.selection.choices[index].impl.short_name}_{key}"
+
+    def specs(self, index: int) -> dict:
+        """Kernel key -> KernelSpec of one choice (its template and parameters)."""
+        if index not in self._specs:
+            choice = self.selection.choices[index]
+            self._specs[index] = {
+                key: codegen.KernelSpec.make(k.template, self.entry(index, key),
+                                             **choice.impl.template_params(key, choice.config))
+                for key, k in choice.impl.kernels.items()}
+        return self._specs[index]
+
+    def source(self, index: int, key: str, wide: bool = False) -> str:
+        """The kernel source of one implementation's kernel (``wide``: 64-bit indexing)."""
+        choice = self.selection.choices[index]
+        spec = self.specs(index)[key]
+        attrs = ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(self.attrs).items())
+        doc = choice.impl.kernels[key].doc
+        header = (f"{spec.entry}: {self.op.name}({attrs})\n"
+                  f"implementation {choice.impl.name}, kernel {key}{': ' + doc if doc else ''}\n"
+                  f"config {choice.config.short()}; {'64' if wide else '32'}-bit indexing")
+        return codegen.render(spec, codegen.dialect_for(self.target.backend), wide, header)
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Every kernel the dispatcher may launch, 32- and 64-bit-index variants ("...@i64")."""
+        out = {}
+        if self.target.backend == "numpy":
+            return out
+        widths = {"auto": (False, True), "int32": (False,), "int64": (True,)}[self.index_mode]
+        for i, choice in enumerate(self.selection.choices):
+            for key in choice.impl.kernels:
+                for wide in widths:
+                    out[f"{choice.impl.name}/{key}" + ("@i64" if wide else "")] = \
+                        self.source(i, key, wide)
+        return out
+
+    @property
+    def programs(self) -> list[tuple[str, str, str]]:
+        """(implementation, kernel key, index type) of every kernel compiled so far."""
+        return sorted((self.selection.choices[i].impl.name, key, "int64" if wide else "int32")
+                      for i, key, wide in self._programs)
+
+    def explain(self) -> Selection:
+        return self.selection
+
+    @property
+    def dispatcher(self):
+        """The function compiled from :attr:`dispatcher_source`: what a call runs."""
+        return self._dispatch
+
+    # -- running ----------------------------------------------------------------------------
+    def program(self, index: int, key: str, wide: bool):
+        """The compiled program of one kernel (compiled once, then cached)."""
+        cache_key = (index, key, wide)
+        prog = self._programs.get(cache_key)
+        if prog is None:
+            with self._lock:
+                prog = self._programs.get(cache_key)
+                if prog is None:
+                    spec = self.specs(index)[key]
+                    impl = self.selection.choices[index].impl
+                    prog = self.backend.compile(self.source(index, key, wide), spec.entry,
+                                                impl.options)
+                    self._programs[cache_key] = prog
+        return prog
+
+    def _check_inputs(self, *arrays):
+        """Rank and dtype of native arrays against the signature; (arrays, copy back to host)."""
+        host = False
+        for name, t, x in zip(self.op.input_names, self.input_types, arrays):
+            if x.ndim != t.ndim:
+                raise SignatureError(f"{self.op.name}: {name} has rank {x.ndim} ({tuple(x.shape)}), "
+                                     f"but the compiled signature needs rank {t.ndim} ({t})")
+            if np.dtype(x.dtype).name != t.dtype:
+                raise SignatureError(f"{self.op.name}: {name} has dtype {np.dtype(x.dtype).name}, "
+                                     f"but the compiled signature needs {t.dtype}")
+            if isinstance(x, np.ndarray):
+                host = host or self.target.backend != "numpy"
+            elif self.target.backend == "numpy" or not self.backend.owns(x):
+                raise InputError(f"{self.op.name}: {name} is a {native_kind(x)} array but the "
+                                 f"target is {self.target}; pass a NumPy array or an array of "
+                                 "that target")
+        return arrays, host
+
+    def prepare(self, arrays) -> tuple:
+        """Native arrays as the backend runs them: NumPy moved to the device, all contiguous."""
+        backend = self.backend
+        device = self.target.backend != "numpy"
+        return tuple(backend.to_device(x) if device and isinstance(x, np.ndarray)
+                     else backend.contiguous(x) for x in arrays)
+
+    def _inputs(self, *arrays):
+        arrays, host = self._check_inputs(*arrays)
+        return self.prepare(arrays), host
+
+    def _run(self, index: int, inputs, out_shapes, wide: bool, host: bool):
+        ctx = RunContext(self, index, inputs, out_shapes, wide)
+        impl = ctx.impl
+        self.last_impl = impl.name
+        if impl.kernels:
+            outputs = ctx.outputs
+            impl.run(ctx, **ctx.kernels())
+        else:
+            result = impl.run(ctx)
+            outputs = ctx.outputs if result is None else self._host_outputs(impl, result, out_shapes)
+        stats.bump("dispatches")
+        backend = self.backend
+        outputs = tuple((backend.to_host if host else backend.export)(o) for o in outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _host_outputs(self, impl, result, out_shapes) -> tuple:
+        outs = result if isinstance(result, tuple) else (result,)
+        fixed = []
+        for out, shape, dtype in zip(outs, out_shapes, self._out_dtypes):
+            if out.shape != shape:
+                raise StrategyError(f"{impl.name} returned shape {tuple(out.shape)} for an output "
+                                    f"of shape {tuple(shape)}")
+            fixed.append(out if out.dtype == dtype else out.astype(dtype))
+        return tuple(fixed)
+
+    def __call__(self, *arrays):
+        if len(arrays) != len(self.input_types):
+            raise SignatureError(f"{self.op.name} was compiled for {len(self.input_types)} input(s) "
+                                 f"({', '.join(self.op.input_names[:len(self.input_types)])}), "
+                                 f"got {len(arrays)}")
+        require_usable(self.target)
+        native, _, framework = ingest_all(arrays, self.op.input_names, self.op.name)
+        out = self._dispatch(*native)
+        if framework is None:
+            return out
+        return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)
+
+    def plan(self, *native_arrays):
+        """(choice index, output shapes, 64-bit indexing) the dispatcher picks for these
+        arrays, without running anything."""
+        return self._plan(*native_arrays)
+
+
+def compile(op: str, *input_types, target=None, records=None, impl=None, index="auto",  # noqa: A001
+            **attrs) -> CompiledOp:
+    """Compile an operator for input types (shapes may hold gpucg.var symbols).
+
+    Args:
+        op: the operator's name ("cumsum").
+        input_types: one ``gpucg.tensor(shape, dtype)`` per input.
+        target: "cuda", "opencl", "numpy" (with options such as "cuda -arch=sm_90"), or None.
+        records: tuning records to select with (gpucg.autotune.RecordList).
+        impl: the name of one implementation to use instead of selecting (e.g. "direct"), for
+            tests, comparisons and benchmarks; its condition is still checked, at run time if
+            need be.
+        index: "auto" (64-bit indexing only when a size needs it), "int32" or "int64" (always).
+        attrs: the operator's attributes.
+
+    Example:
+        >>> n = gpucg.var("n")
+        >>> f = gpucg.compile("cumsum", gpucg.tensor((n, 1024), "float32"), axis=1, target="numpy")
+        >>> f(np.ones((3, 1024), np.float32)).shape
+        (3, 1024)
+    """
+    return CompiledOp(op, input_types, target=target, records=records, impl=impl, index=index,
+                      **attrs)
+
+
+def explain(op: str, *input_types, target=None, records=None, **attrs) -> Selection:
+    """The selection report for an operator call: every candidate, and why it won or lost."""
+    return CompiledOp(op, input_types, target=target, records=records, **attrs).selection

@@ -1,0 +1,187 @@
+"""What an implementation is: a declaration (kernels and the function that launches them, or
+host code), and its offer for one call (plevel, condition, config space, parameters).
+
+An implementation is declared once, at import, by :func:`kernel_impl` or :func:`host_impl`.
+The declaration is checked then: the launch function takes one parameter per kernel, named by
+its key, and every template exists; a mistake fails when the module defining it is imported,
+not when a user calls the operator.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+import sympy
+
+from .autotune.space import Config, ConfigSpace
+from .condition import SpecializedCondition
+from .errors import StrategyError
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of an implementation.
+
+    Its template parameters are the implementation's parameters, then the config's knobs,
+    then ``params``, then ``derive(those so far)``: later ones win.
+
+    Attributes:
+        template: the template path under gpucg/templates ("scan/scan_rows.j2").
+        params: fixed template parameters of this kernel.
+        derive: ``params -> dict`` of template parameters computed from the others (a scan of
+            partial sums reads the output dtype as its input dtype, say).
+        doc: what the kernel does, for the header of the dumped source (one line).
+    """
+
+    template: str
+    params: Mapping = field(default_factory=dict)
+    derive: Callable | None = None
+    doc: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+
+
+def _launch_parameters(run: Callable) -> list[str]:
+    params = list(inspect.signature(run).parameters.values())
+    if not params or params[0].kind not in (params[0].POSITIONAL_ONLY,
+                                            params[0].POSITIONAL_OR_KEYWORD):
+        raise StrategyError(f"{run.__qualname__} must take the run context as its first parameter")
+    bad = [p.name for p in params[1:] if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if bad:
+        raise StrategyError(f"{run.__qualname__}: name each kernel it launches as a parameter, "
+                            f"not *{bad[0]}")
+    return [p.name for p in params[1:]]
+
+
+def _check_templates(name: str, kernels: Mapping) -> None:
+    from .codegen import template_exists
+
+    for key, k in kernels.items():
+        if not template_exists(k.template):
+            raise StrategyError(f"{name}: kernel {key!r} names template {k.template!r}, which "
+                                "does not exist under gpucg/templates")
+
+
+@dataclass(frozen=True)
+class ImplDecl:
+    """How an implementation computes, declared once: its name, run function and kernels.
+
+    Made by :func:`kernel_impl` or :func:`host_impl`; offered per call by :meth:`Strategy.add`.
+    """
+
+    name: str
+    run: Callable
+    kernels: Mapping = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.name.isidentifier():
+            raise StrategyError(f"implementation name {self.name!r} must be an identifier")
+        object.__setattr__(self, "kernels", MappingProxyType(dict(self.kernels)))
+        for key, k in self.kernels.items():
+            if not key.isidentifier() or not isinstance(k, Kernel):
+                raise StrategyError(f"{self.name}: kernel {key!r} must be an identifier mapped "
+                                    f"to a gpucg.strategy.Kernel, got {k!r}")
+        launched = _launch_parameters(self.run)
+        if self.kernels and sorted(launched) != sorted(self.kernels):
+            raise StrategyError(
+                f"{self.name}: {self.run.__qualname__} launches {sorted(launched)} but the "
+                f"declared kernels are {sorted(self.kernels)}; they must be the same names")
+        if not self.kernels and launched:
+            raise StrategyError(f"{self.name}: host function {self.run.__qualname__} takes "
+                                f"kernels {launched} but none are declared")
+
+
+def kernel_impl(name: str, run: Callable, **kernels: Kernel) -> ImplDecl:
+    """Declare a kernel implementation: ``run(ctx, <one parameter per kernel key>)`` launches.
+
+    Example:
+        >>> ROWS = kernel_impl("scan_rows", _run, scan=Kernel("scan/scan_rows.j2"))
+        >>> def _run(ctx, scan): scan(ctx.inputs[0], ctx.outputs[0], ..., grid=..., block=...)
+    """
+    if not kernels:
+        raise StrategyError(f"{name}: a kernel implementation needs at least one Kernel")
+    decl = ImplDecl(name, run, kernels)
+    _check_templates(name, decl.kernels)
+    return decl
+
+
+def host_impl(name: str, run: Callable) -> ImplDecl:
+    """Declare a host implementation: ``run(ctx)`` returns the output array(s) (NumPy)."""
+    return ImplDecl(name, run)
+
+
+@dataclass(frozen=True, eq=False)
+class Implementation:
+    """One way to compute an operator, offered for one call signature.
+
+    Attributes:
+        name: "<impl>.<target kind>", e.g. "scan_rows.cuda".
+        plevel: priority; the highest applicable one wins when no tuning record decides.
+        run: ``run(ctx, **kernels)``: launches the kernels, or (host code, no kernels)
+            returns the outputs.
+        kernels: kernel key -> :class:`Kernel`.
+        condition: a :class:`SpecializedCondition`, or None for "always applies".
+        space: the config space of tunable knobs; its default is the default config.
+        params: template parameters every kernel of this call gets.
+        info: host-side facts the run function reads as ``ctx.info`` (sizes, geometry).
+        options: compiler options.
+    """
+
+    name: str
+    plevel: int
+    run: Callable
+    kernels: Mapping = field(default_factory=dict)
+    condition: SpecializedCondition | None = None
+    space: ConfigSpace = field(default_factory=ConfigSpace)
+    params: Mapping = field(default_factory=dict)
+    info: object = None
+    options: tuple = ()
+
+    def __post_init__(self):
+        if not isinstance(self.plevel, int) or isinstance(self.plevel, bool):
+            raise StrategyError(f"{self.name}: plevel={self.plevel!r} must be an int")
+        if self.condition is not None and not isinstance(self.condition, SpecializedCondition):
+            object.__setattr__(self, "condition", SpecializedCondition(self.condition))
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "kernels", MappingProxyType(dict(self.kernels)))
+        ImplDecl(self.name.split(".")[0], self.run, self.kernels)  # the same checks
+
+    @property
+    def short_name(self) -> str:
+        """The name without the target kind ("scan_rows")."""
+        return self.name.rsplit(".", 1)[0]
+
+    def template_params(self, key: str, config: Config) -> dict:
+        """The template parameters of one kernel for a config."""
+        k = self.kernels[key]
+        out = {**self.params, **config, **k.params}
+        if k.derive is not None:
+            out.update(k.derive(out))
+        return out
+
+    def describe_condition(self) -> str:
+        """The condition as the reports print it, with its verdict when the shapes decide it."""
+        if self.condition is None:
+            return "always"
+        if self.condition.expr is sympy.true:
+            return "always (for these shapes)"
+        if self.condition.expr is sympy.false:
+            return "never (for these shapes)"
+        decided = self.condition.decide()
+        text = str(self.condition.expr)
+        return text + (" (true here)" if decided is True else " (false here)" if decided is False else "")
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """An implementation that cannot run this call at all, and why ("needs a 3x3 kernel")."""
+
+    name: str
+    plevel: int
+    reason: str
+
+    def describe_condition(self) -> str:
+        return f"never: {self.reason}"

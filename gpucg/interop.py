@@ -1,0 +1,116 @@
+"""Arrays in and out: NumPy, CuPy and PyOpenCL arrays, and any framework's arrays through
+DLPack (``__dlpack__``) or ``__cuda_array_interface__``.
+
+A framework's array comes in without a copy where the device allows: a CPU tensor becomes a
+NumPy view (np.from_dlpack), a CUDA tensor a CuPy view; the results go back to the same
+framework through its ``from_dlpack`` (torch.from_dlpack, or the array API namespace's), so a
+torch tensor in gives a torch tensor out, on the device it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InputError, describe
+
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
+
+#: what each kind of array is called in errors
+_NATIVE = {"numpy": "numpy.ndarray", "cuda": "cupy.ndarray", "opencl": "pyopencl.array.Array"}
+ALLOWED = ("a numpy.ndarray, cupy.ndarray or pyopencl.array.Array, or an array of any framework "
+           "with __dlpack__ or __cuda_array_interface__ (torch, JAX, array-api-strict, ...)")
+
+
+def native_kind(x) -> str | None:
+    """"numpy", "cuda" (CuPy) or "opencl" (PyOpenCL) for arrays gpucg runs on as they are."""
+    if type(x) is np.ndarray or isinstance(x, np.ndarray):
+        return "numpy"
+    mod = type(x).__module__ or ""
+    if mod.startswith("cupy") and hasattr(x, "shape"):
+        return "cuda"
+    if mod.startswith("pyopencl") and hasattr(x, "shape"):
+        return "opencl"
+    return getattr(type(x), "gpucg_backend", None)  # gpucg's own device arrays
+
+
+@dataclass(frozen=True)
+class Framework:
+    """Where an input came from, so the outputs can go back there."""
+
+    name: str  # "torch", "array_api_strict", ...
+    sample: object  # one input array of that framework
+
+    def wrap(self, out):
+        """``out`` (NumPy or CuPy) as an array of this framework, without a copy."""
+        if self.name == "torch":
+            import torch
+
+            return torch.from_dlpack(out)
+        ns = getattr(self.sample, "__array_namespace__", None)
+        if ns is not None:
+            return ns().from_dlpack(out)
+        import importlib
+
+        module = importlib.import_module(self.name)
+        for owner in (module, getattr(module, "dlpack", None)):
+            fn = getattr(owner, "from_dlpack", None)
+            if fn is not None:
+                return fn(out)
+        return out  # a producer with no from_dlpack of its own: NumPy/CuPy out
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as exc:
+        raise InputError(f"a CUDA array needs CuPy to run on ({exc}); pip install 'gpucg[cuda]'") from None
+    return cupy
+
+
+def ingest(x, name: str, op: str):
+    """(array gpucg can run on, its kind, the Framework it came from or None).
+
+    Raises InputError for objects that are not arrays, and for DLPack devices other than
+    the CPU and CUDA.
+    """
+    kind = native_kind(x)
+    if kind is not None:
+        return x, kind, None
+    root = (type(x).__module__ or "").split(".")[0]
+    framework = Framework(root, x)
+    if hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__"):
+        device, _ = x.__dlpack_device__()
+        device = int(device)
+        if device in (_KDL_CPU, _KDL_CUDA_HOST):
+            return np.from_dlpack(x), "numpy", framework
+        if device in (_KDL_CUDA, _KDL_CUDA_MANAGED):
+            return _cupy().from_dlpack(x), "cuda", framework
+        raise InputError(f"{op}: {name} is a {type(x).__name__} on DLPack device type {device}; "
+                         "gpucg takes CPU and CUDA arrays")
+    if hasattr(x, "__cuda_array_interface__"):
+        return _cupy().asarray(x), "cuda", framework
+    raise InputError(f"{op}: {name}={describe(x)} must be {ALLOWED}")
+
+
+def ingest_all(arrays, names, op: str):
+    """(arrays gpucg runs on, their kinds, the one Framework of the inputs or None).
+
+    Inputs from different frameworks (a torch tensor beside a NumPy array, say) are an
+    InputError: convert them to one framework first.
+    """
+    out, kinds, frameworks = [], [], []
+    for name, x in zip(names, arrays):
+        a, kind, fw = ingest(x, name, op)
+        out.append(a)
+        kinds.append(kind)
+        frameworks.append((name, fw))
+    named = {(fw.name if fw else _NATIVE[k]) for (_, fw), k in zip(frameworks, kinds)}
+    foreign = [fw for _, fw in frameworks if fw is not None]
+    if foreign and len(named) > 1:
+        what = ", ".join(f"{n} is a {fw.name if fw else _NATIVE[k]} array"
+                         for (n, fw), k in zip(frameworks, kinds))
+        raise InputError(f"{op}: inputs come from different frameworks ({what}); pass arrays "
+                         "of one framework")
+    return tuple(out), kinds, (foreign[0] if foreign else None)
