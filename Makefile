@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test opencl-runtime bench clean
+.PHONY: demo test opencl-runtime torch-cpu bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,15 @@ demo: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[opencl,nvrtc]"
 	$(VENV)/bin/gpucg demo
 
+# torch's CPU build is optional: its interop tests skip (with the reason) where the local
+# wheel is not reachable; "+cpu" never matches PyPI's multi-GB CUDA builds, so this fails fast.
+torch-cpu: $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
+	    || echo "note: torch==2.13.0+cpu is not installable here; the torch interop tests skip"
+
 test: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[test]"
+	@$(MAKE) --no-print-directory torch-cpu
 	GPUCG_REQUIRE=opencl,nvrtc GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m pytest -q
 
 bench: $(PY) opencl-runtime

@@ -19,6 +19,8 @@ from .op import get_op, list_ops, register_strategies
 #: every operator needs a strategy for these keys: the GPU kernels and the host fallback
 REQUIRED_KEYS = ("gpu", "cpu")
 
+_LOADED: set[str] = set()
+
 
 def families() -> list[str]:
     """The operator families: the public modules of gpucg/ops, sorted."""
@@ -26,7 +28,8 @@ def families() -> list[str]:
 
 
 def load() -> None:
-    """Register every built-in family (once; importing gpucg does it)."""
+    """Check every built-in family and register those not registered yet (importing gpucg
+    does it; a second call only checks)."""
     for family in families():
         module = importlib.import_module(f"{ops.__name__}.{family}").__name__
         mine = {name for name in list_ops() if get_op(name).module == module}
@@ -48,4 +51,6 @@ def load() -> None:
             if missing:
                 raise OpError(f"operator {name!r} (gpucg/ops/{family}.py) has no strategy for "
                               f"target key(s) {missing} in gpucg/strategies/{family}.py")
-        register_strategies(table)
+        if family not in _LOADED:
+            register_strategies(table)
+            _LOADED.add(family)

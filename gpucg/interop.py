@@ -17,8 +17,6 @@ from .errors import InputError, describe
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
-#: what each kind of array is called in errors
-_NATIVE = {"numpy": "numpy.ndarray", "cuda": "cupy.ndarray", "opencl": "pyopencl.array.Array"}
 ALLOWED = ("a numpy.ndarray, cupy.ndarray or pyopencl.array.Array, or an array of any framework "
            "with __dlpack__ or __cuda_array_interface__ (torch, JAX, array-api-strict, ...)")
 
@@ -33,6 +31,11 @@ def native_kind(x) -> str | None:
     if mod.startswith("pyopencl") and hasattr(x, "shape"):
         return "opencl"
     return getattr(type(x), "gpucg_backend", None)  # gpucg's own device arrays
+
+
+def type_name(x) -> str:
+    """"torch.Tensor", "numpy.ndarray": the package and the class of an array, for errors."""
+    return f"{(type(x).__module__ or '').split('.')[0]}.{type(x).__name__}"
 
 
 @dataclass(frozen=True)
@@ -105,12 +108,10 @@ def ingest_all(arrays, names, op: str):
         a, kind, fw = ingest(x, name, op)
         out.append(a)
         kinds.append(kind)
-        frameworks.append((name, fw))
-    named = {(fw.name if fw else _NATIVE[k]) for (_, fw), k in zip(frameworks, kinds)}
-    foreign = [fw for _, fw in frameworks if fw is not None]
-    if foreign and len(named) > 1:
-        what = ", ".join(f"{n} is a {fw.name if fw else _NATIVE[k]} array"
-                         for (n, fw), k in zip(frameworks, kinds))
+        frameworks.append(fw)
+    foreign = [fw for fw in frameworks if fw is not None]
+    if foreign and len({fw.name if fw else None for fw in frameworks}) > 1:
+        what = ", ".join(f"{n} is a {type_name(x)}" for n, x in zip(names, arrays))
         raise InputError(f"{op}: inputs come from different frameworks ({what}); pass arrays "
                          "of one framework")
     return tuple(out), kinds, (foreign[0] if foreign else None)

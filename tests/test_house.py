@@ -1,0 +1,137 @@
+"""The shape of the package: an acyclic import graph, files a reader can hold, tests on public
+API, and every operator family complete (op module, strategies for every target, eager
+function)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import gpucg
+from gpucg import builtin
+
+ROOT = Path(gpucg.__file__).resolve().parent
+MAX_LINES = 400
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def _resolve(module: str, is_package: bool, level: int, target: str | None) -> str:
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (level - 1)] if level > 1 else base
+    return ".".join(base + ([target] if target else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the gpucg modules its import statements name (at any depth of the file)."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = (_resolve(mod, is_package, node.level, node.module) if node.level
+                        else node.module or "")
+                # "from . import x" names the submodule x when there is one
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base
+                         for a in node.names]
+            for name in names:
+                while name and name not in mods:
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    graph[mod].add(name)
+    return graph
+
+
+def test_the_import_graph_is_acyclic():
+    graph = import_graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n):] + [n]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert "gpucg.ops" not in graph["gpucg.op"]  # the registry does not know the library
+
+
+def test_no_file_is_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"files over {MAX_LINES} lines: {long}"
+
+
+def test_tests_use_public_api_only():
+    """No test reaches a private attribute (obj._name) of gpucg's objects."""
+    found = []
+    for path in Path(__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                    and not node.attr.startswith("__"):
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert not found, found
+
+
+def test_every_family_is_complete():
+    families = builtin.families()
+    assert {"scan", "topk", "conv2d", "conv2d_winograd", "elementwise"} <= set(families)
+    for name in gpucg.list_ops():
+        op = gpucg.get_op(name)
+        assert op.module.startswith("gpucg.ops.") or op.module != "", name
+        if not op.module.startswith("gpucg.ops."):
+            continue  # registered by a user (a test)
+        keys = op.strategy.registered_keys()
+        assert {"gpu", "cpu"} <= set(keys), (name, keys)
+        assert callable(getattr(gpucg.ops, name, None)), f"gpucg.ops.{name} is missing"
+
+
+def test_a_missing_strategy_fails_at_load(monkeypatch):
+    """A family whose strategies module lacks an operator is refused when loaded."""
+    import types
+
+    import gpucg.strategies.elementwise as elementwise
+
+    monkeypatch.setattr(elementwise, "STRATEGIES", {k: v for k, v in elementwise.STRATEGIES.items()
+                                                    if k != "relu"})
+    with pytest.raises(gpucg.OpError, match=r"operator 'relu' .* has no strategy for target key"):
+        builtin.load()
+    monkeypatch.setattr(elementwise, "STRATEGIES", types.SimpleNamespace())
+    with pytest.raises(gpucg.OpError, match="must define STRATEGIES"):
+        builtin.load()
+
+
+def test_a_kernel_key_mismatch_fails_at_declaration():
+    def run(ctx, scan, extra):
+        pass
+
+    with pytest.raises(gpucg.StrategyError, match=r"launches \['extra', 'scan'\] but the "
+                                                  r"declared kernels are \['scan'\]"):
+        gpucg.kernel_impl("probe", run, scan=gpucg.Kernel("scan/scan_rows.j2"))
+    with pytest.raises(gpucg.StrategyError, match="names template 'scan/nope.j2'"):
+        gpucg.kernel_impl("probe", lambda ctx, scan: None, scan=gpucg.Kernel("scan/nope.j2"))
