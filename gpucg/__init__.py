@@ -21,9 +21,10 @@ from .target import Target, default_target, register_target_kind, targets
 from .generic_func import GenericFunc
 from .implementation import Excluded, Implementation, Kernel, host_impl, kernel_impl
 from .strategy import Strategy
-from .op import (KernelInfo, OpPattern, get_op, list_ops, register_op, register_schedule,
-                 register_strategies, register_strategy)
+from .op import (Case, KernelInfo, OpPattern, get_op, list_ops, register_gradient, register_op,
+                 register_schedule, register_strategies, register_strategy)
 from .compiled import CompiledOp, compile, explain  # noqa: A004
+from .autodiff import grad
 from . import builtin as _builtin
 from .strategies.generic import (register_broadcast_schedule, register_injective_schedule,
                                  register_reduce_schedule)
@@ -39,13 +40,14 @@ def stats(reset: bool = False) -> dict:
 
 
 __all__ = [
-    "AttrError", "BackendUnavailableError", "CompileError", "CompiledOp", "ConditionError",
+    "AttrError", "BackendUnavailableError", "Case", "CompileError", "CompiledOp", "ConditionError",
     "DTYPES", "DTypeError", "Excluded", "GenericFunc", "GpucgError", "Implementation",
     "InputError", "Kernel", "KernelInfo", "LaunchError", "OpError", "OpPattern", "ResourceError",
     "SignatureError", "SpecializedCondition", "Strategy", "StrategyError", "Target",
     "TargetError", "TargetUnavailableError", "TensorType", "__version__", "compile",
-    "default_target", "explain", "get_op", "host_impl", "kernel_impl", "list_ops", "ops",
-    "register_broadcast_schedule", "register_injective_schedule", "register_op",
+    "default_target", "explain", "get_op", "grad", "host_impl", "kernel_impl", "list_ops", "ops",
+    "register_broadcast_schedule", "register_gradient", "register_injective_schedule",
+    "register_op",
     "register_reduce_schedule", "register_schedule", "register_strategies", "register_strategy",
     "register_target_kind", "stats", "targets", "tensor", "var",
 ]

@@ -43,6 +43,25 @@ class KernelInfo:
     identity: str | None = None
 
 
+@dataclass(frozen=True)
+class Case:
+    """A representative call of an operator, with constant shapes.
+
+    The checks that run every implementation use them: "bench" cases are the benchmark's
+    sizes (resources and occupancy, memory traffic, tuning), "small" cases awkward small sizes
+    (1, primes, just over a tile) that a simulator (Oclgrind) runs in seconds.
+    """
+
+    inputs: tuple
+    attrs: dict = field(default_factory=dict)
+    kind: str = "bench"
+    label: str = ""
+
+    def __post_init__(self):
+        if self.kind not in ("bench", "small"):
+            raise OpError(f"Case kind={self.kind!r} must be 'bench' or 'small'")
+
+
 @dataclass
 class OpDef:
     """Everything gpucg knows about one operator."""
@@ -69,6 +88,15 @@ class OpDef:
     static_axes: Callable | None = None
     #: the module that registered the operator ("gpucg.ops.scan")
     module: str = ""
+    #: ``() -> [Case]``: representative calls (see :class:`Case`)
+    cases: Callable | None = None
+    #: ``(ctx: gpucg.autodiff.GradContext) -> tuple of input gradients`` (see register_gradient)
+    gradient: Callable | None = None
+
+    def representative(self, kind: str | None = None) -> list[Case]:
+        """The operator's representative calls, of one kind or all."""
+        cases = list(self.cases()) if self.cases is not None else []
+        return [c for c in cases if kind is None or c.kind == kind]
 
     def make_attrs(self, **kwargs):
         """Validated attributes from keyword arguments; unknown names are an error."""
@@ -122,7 +150,7 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
                 pattern: OpPattern, reference: Callable, input_names=None, kernel_info=None,
                 doc: str = "", override: bool = False, constraints: Callable | None = None,
                 optional_inputs: int = 0, example: Callable | None = None,
-                static_axes: Callable | None = None) -> OpDef:
+                static_axes: Callable | None = None, cases: Callable | None = None) -> OpDef:
     """Register an operator.
 
     Args:
@@ -140,6 +168,8 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
         example: ``() -> (input_types, attrs)``, a typical call that ``gpucg ops`` shows.
         static_axes: ``attrs -> (axes, axes, ...)``, per input the axes that eager calls
             compile as constants (the type relation needs them constant).
+        cases: ``() -> [Case]``: representative calls for the checks that run every
+            implementation (resources, Oclgrind, memory traffic, tuning benchmarks).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise OpError(f"operator name={describe(name)} must be an identifier")
@@ -153,7 +183,7 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
     module = sys._getframe(1).f_globals.get("__name__", "")
     op = OpDef(name, attrs, num_inputs, type_rel, OpPattern(pattern), reference, names,
                GenericFunc(f"{name}_strategy"), kernel_info or KernelInfo(), doc, constraints,
-               optional_inputs, example, static_axes, module)
+               optional_inputs, example, static_axes, module, cases)
     _OPS[name] = op
     return op
 
@@ -169,6 +199,23 @@ def get_op(name: str) -> OpDef:
 def list_ops() -> list[str]:
     """The names of every registered operator, sorted."""
     return sorted(_OPS)
+
+
+def register_gradient(op_name: str, func: Callable | None = None, override: bool = False):
+    """Register the gradient of an operator, written with registered operators (as Relay's
+    gradient registration); usable as a decorator.
+
+    ``func(ctx) -> tuple`` gets a :class:`gpucg.autodiff.GradContext` (the inputs, the output
+    gradient, the attributes, the target, the forward output on demand) and returns one
+    gradient per input (None where an input has none).
+    """
+    def _do(f: Callable) -> Callable:
+        op = get_op(op_name)
+        if op.gradient is not None and not override:
+            raise OpError(f"{op_name} already has a gradient; pass override=True")
+        op.gradient = f
+        return f
+    return _do(func) if func is not None else _do
 
 
 def register_strategy(op_name: str, keys, func: Callable | None = None, override: bool = False):

@@ -13,7 +13,8 @@ import sympy
 from .errors import DTypeError, InputError, describe
 
 #: Every dtype gpucg knows. Operators may accept a subset.
-DTYPES: tuple[str, ...] = ("bool", "int32", "int64", "float16", "float32", "float64")
+DTYPES: tuple[str, ...] = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                           "uint64", "float16", "float32", "float64")
 
 INT_MAX = 2**31 - 1
 

@@ -105,8 +105,9 @@ def test_bench_quick(capsys):
 
     assert bench(["--quick", "--repeat", "1", "--json"]) == 0
     out = capsys.readouterr().out
-    assert "/peer0" in out and "GB/s" in out and "np.cumsum" in out and "warm eager call" in out
-    assert np.isfinite(float(out.split("warm eager call on 1000 elements")[1].split(":")[1].split("us")[0]))
+    assert "/peer0" in out and "GB/s" in out and "np.cumsum" in out and "warm eager cumsum" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("warm eager cumsum on 1000 elements (numpy)"))
+    assert np.isfinite(float(line.split("overhead ")[1].split(" us")[0]))
 
 
 def test_bench_topk_quick(capsys):

@@ -103,7 +103,6 @@ def test_every_family_is_complete():
     assert {"scan", "topk", "conv2d", "conv2d_winograd", "elementwise"} <= set(families)
     for name in gpucg.list_ops():
         op = gpucg.get_op(name)
-        assert op.module.startswith("gpucg.ops.") or op.module != "", name
         if not op.module.startswith("gpucg.ops."):
             continue  # registered by a user (a test)
         keys = op.strategy.registered_keys()
@@ -135,3 +134,24 @@ def test_a_kernel_key_mismatch_fails_at_declaration():
         gpucg.kernel_impl("probe", run, scan=gpucg.Kernel("scan/scan_rows.j2"))
     with pytest.raises(gpucg.StrategyError, match="names template 'scan/nope.j2'"):
         gpucg.kernel_impl("probe", lambda ctx, scan: None, scan=gpucg.Kernel("scan/nope.j2"))
+
+
+def test_every_builtin_operator_declares_cases_that_compile():
+    """Representative calls drive the checks of every implementation (resources, Oclgrind,
+    traffic, tuning): each built-in operator has benchmark-sized and small ones."""
+    for name in gpucg.list_ops():
+        op = gpucg.get_op(name)
+        if not op.module.startswith("gpucg.ops."):
+            continue
+        assert op.representative("bench") and op.representative("small"), name
+        for case in op.representative():
+            assert all(t.is_static for t in case.inputs), (name, case)
+            for target in ("cuda", "opencl -device=gpu", "numpy"):
+                gpucg.explain(name, *case.inputs, target=target, **case.attrs)
+
+
+def test_grad_without_a_registered_gradient_is_a_clear_error():
+    import numpy as np
+
+    with pytest.raises(gpucg.OpError, match="has no gradient registered"):
+        gpucg.grad("argsort", np.ones(3), out_grad=np.ones(3))

@@ -35,7 +35,7 @@ def test_tensor_rejects_bad_dims(shape):
 
 
 def test_tensor_rejects_bad_dtype():
-    with pytest.raises(gpucg.DTypeError, match="allowed: bool, int32"):
+    with pytest.raises(gpucg.DTypeError, match="allowed: bool, int8, int16, int32"):
         gpucg.tensor((2,), "complex64")
     with pytest.raises(gpucg.DTypeError, match="not a dtype"):
         gpucg.tensor((2,), object())

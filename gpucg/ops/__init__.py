@@ -7,7 +7,8 @@ functions); gpucg.builtin loads them with their strategies when gpucg is importe
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
-from .elementwise import add, relu, sum  # noqa: A004
+from .elementwise import add, relu
+from .reduce import sum  # noqa: A004
 from .scan import cumprod, cumsum
 from .topk import argsort, sort, topk
 

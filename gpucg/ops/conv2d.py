@@ -9,66 +9,20 @@ float16 data is stored as float16 and accumulated in float32.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 import sympy
 
 from ..eager import call
-from ..errors import AttrError, DTypeError, InputError, describe, require_int
-from ..op import Constraint, KernelInfo, OpPattern, register_op
-from ..shape import TensorType, dtype_name, simplify_dim, var
+from ..errors import AttrError, DTypeError, InputError, require_int
+from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
+from ..shape import TensorType, dtype_name, var
+from ._window import choice, normalize_padding, out_size, pair, same_pads
 
 DTYPES = ("float16", "float32")
 DATA_LAYOUTS = ("NCHW", "NHWC")
 KERNEL_LAYOUTS = ("OIHW", "HWIO")
 ACTIVATIONS = (None, "relu")
-
-
-def _pair(name: str, value, low: int) -> tuple[int, int]:
-    if isinstance(value, (list, tuple)):
-        if len(value) != 2:
-            raise AttrError(f"{name}={describe(value)} must be an int or a pair (h, w), "
-                            f"got {len(value)} values")
-        pair = tuple(require_int(f"{name}[{i}]", v) for i, v in enumerate(value))
-    else:
-        v = require_int(name, value)
-        pair = (v, v)
-    for i, v in enumerate(pair):
-        if v < low:
-            raise AttrError(f"{name}={pair}: {'hw'[i]} is {v}, must be >= {low}")
-    return pair
-
-
-def normalize_padding(value):
-    """(top, left, bottom, right), or "SAME"; "VALID" becomes (0, 0, 0, 0)."""
-    if isinstance(value, str):
-        key = value.upper()
-        if key == "VALID":
-            return (0, 0, 0, 0)
-        if key == "SAME":
-            return "SAME"
-        raise AttrError(f"padding={value!r} is not allowed; allowed strings: 'SAME', 'VALID'")
-    if isinstance(value, (list, tuple)):
-        if len(value) not in (2, 4):
-            raise AttrError(f"padding={describe(value)} has {len(value)} values; allowed: an int, "
-                            "(pad_h, pad_w), (top, left, bottom, right), 'SAME' or 'VALID'")
-        pads = tuple(require_int(f"padding[{i}]", v) for i, v in enumerate(value))
-        if len(pads) == 2:
-            pads = pads + pads
-    else:
-        pads = (require_int("padding", value),) * 4
-    for i, p in enumerate(pads):
-        if p < 0:
-            raise AttrError(f"padding={pads}: {('top', 'left', 'bottom', 'right')[i]} is {p}, "
-                            "must be >= 0")
-    return pads
-
-
-def choice(name: str, value, allowed):
-    """``value`` if it is one of ``allowed``, else AttrError naming ``name`` and the choices."""
-    if value not in allowed:
-        raise AttrError(f"{name}={describe(value)} is not allowed; allowed: "
-                        f"{', '.join(map(repr, allowed))}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -94,8 +48,8 @@ class Conv2dAttrs:
     activation: str | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "strides", _pair("strides", self.strides, 1))
-        object.__setattr__(self, "dilation", _pair("dilation", self.dilation, 1))
+        object.__setattr__(self, "strides", pair("strides", self.strides, 1))
+        object.__setattr__(self, "dilation", pair("dilation", self.dilation, 1))
         object.__setattr__(self, "padding", normalize_padding(self.padding))
         groups = require_int("groups", self.groups)
         if groups < 1:
@@ -148,24 +102,6 @@ def weight_dims(t, layout: str):
         return tuple(shape)
     kh, kw, i, o = shape
     return (o, i, kh, kw)
-
-
-def out_size(size, k: int, stride: int, dilation: int, pads, same: bool):
-    """Output length along one spatial axis (pads: (before, after))."""
-    if same:
-        return simplify_dim(sympy.ceiling(sympy.sympify(size) / stride)) \
-            if not isinstance(size, int) else -(-size // stride)
-    span = (k - 1) * dilation + 1
-    if isinstance(size, int):
-        return (size + pads[0] + pads[1] - span) // stride + 1
-    return simplify_dim(sympy.floor((size + pads[0] + pads[1] - span) / sympy.Integer(stride)) + 1)
-
-
-def same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
-    """(before, after) padding of "SAME" for a concrete length (the extra one goes after)."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + (k - 1) * dilation + 1 - size, 0)
-    return total // 2, total - total // 2
 
 
 def pads_for(attrs, h: int, w: int, kh: int, kw: int) -> tuple[int, int, int, int]:
@@ -339,10 +275,43 @@ def _static_axes(attrs):
     return ({1 if attrs.data_layout == "NCHW" else 3}, {0, 1, 2, 3}, {0})
 
 
+#: the conv2d benchmark's layers: (label, N, C, H, W, O, K, stride, padding, groups)
+BENCH_LAYERS = [
+    ("resnet 3x3 64x56x56", 8, 64, 56, 56, 64, 3, 1, 1, 1),
+    ("resnet 3x3 128x28x28", 8, 128, 28, 28, 128, 3, 1, 1, 1),
+    ("resnet 3x3 256x14x14", 8, 256, 14, 14, 256, 3, 1, 1, 1),
+    ("resnet 3x3 512x7x7", 8, 512, 7, 7, 512, 3, 1, 1, 1),
+    ("stem 7x7/2 3->64 224x224", 8, 3, 224, 224, 64, 7, 2, 3, 1),
+    ("1x1 256->64 56x56", 8, 256, 56, 56, 64, 1, 1, 0, 1),
+    ("depthwise 3x3 32x112x112", 8, 32, 112, 112, 32, 3, 1, 1, 32),
+    ("depthwise 3x3 144x56x56", 8, 144, 56, 56, 144, 3, 1, 1, 144),
+    ("depthwise 3x3 576x14x14", 8, 576, 14, 14, 576, 3, 1, 1, 576),
+]
+
+
+def _cases():
+    t = TensorType
+    bench = [Case((t((n, c, h, w), "float32"), t((o, c // g, k, k), "float32")),
+                  {"strides": s, "padding": p, "groups": g}, "bench", label)
+             for label, n, c, h, w, o, k, s, p, g in BENCH_LAYERS]
+    small = [Case((t((1, 3, 9, 7), "float32"), t((5, 3, 3, 3), "float32"), t((5,), "float32")),
+                  {"padding": 1, "activation": "relu"}, "small", "3x3, odd sizes, bias+relu"),
+             Case((t((2, 4, 17, 16), "float32"), t((6, 4, 3, 3), "float32")), {"padding": 1},
+                  "small", "3x3, 4x4 Winograd tiles"),
+             Case((t((1, 6, 11, 11), "float32"), t((6, 1, 3, 3), "float32")),
+                  {"padding": 1, "groups": 6, "strides": 2}, "small", "depthwise, stride 2"),
+             Case((t((1, 9, 9, 5), "float16"), t((3, 3, 5, 7), "float16")),
+                  {"padding": "SAME", "data_layout": "NHWC", "kernel_layout": "HWIO"}, "small",
+                  "NHWC/HWIO float16"),
+             Case((t((1, 4, 8, 8), "float32"), t((6, 2, 5, 5), "float32")),
+                  {"padding": 2, "groups": 2, "dilation": 2}, "small", "groups 2, dilation 2")]
+    return bench + small
+
+
 register_op("conv2d", attrs=Conv2dAttrs, num_inputs=3, optional_inputs=1,
             type_rel=_type_rel, pattern=OpPattern.OPAQUE, reference=_reference,
             input_names=("data", "weight", "bias"), constraints=_constraints,
-            static_axes=_static_axes,
+            static_axes=_static_axes, cases=_cases,
             doc="2-D convolution with groups, dilation, fused bias and relu.",
             kernel_info=KernelInfo(storage_dtypes=("float16",)),
             example=lambda: ((TensorType((var("n"), 64, var("h"), var("w")), "float32"),

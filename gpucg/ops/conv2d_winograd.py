@@ -16,7 +16,7 @@ import numpy as np
 from ..codegen import Code
 from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, describe, require_int
-from ..op import KernelInfo, OpPattern, register_op
+from ..op import Case, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, var
 from .conv2d import (ACTIVATIONS, DATA_LAYOUTS, DTYPES, KERNEL_LAYOUTS, Conv2dAttrs, check_bias,
                      check_data, choice, geometry, normalize_padding, out_shape, reference_conv,
@@ -193,6 +193,11 @@ register_op(OP, attrs=WinogradAttrs, num_inputs=3, optional_inputs=1, type_rel=_
             constraints=lambda inputs, attrs: size_constraints(winograd_geometry(inputs, attrs),
                                                                attrs.conv_attrs()),
             static_axes=_static_axes,
+            cases=lambda: [
+                Case((TensorType((8, 64, 56, 56), "float32"), TensorType((6, 6, 64, 64), "float32")),
+                     {"padding": 1}, "bench", "resnet 3x3 64x56x56, F(4x4)"),
+                Case((TensorType((1, 3, 9, 7), "float32"), TensorType((4, 4, 5, 3), "float32"),
+                      TensorType((5,), "float32")), {"padding": 1, "tile_size": 2}, "small")],
             doc="3x3 stride-1 conv2d on weights from winograd_weight_transform.",
             kernel_info=KernelInfo(storage_dtypes=("float16",)),
             example=lambda: ((TensorType((var("n"), 64, 56, 56), "float32"),

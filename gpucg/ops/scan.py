@@ -8,7 +8,7 @@ import numpy as np
 
 from ..eager import call
 from ..errors import AttrError, DTypeError, describe, require_bool
-from ..op import OpPattern, register_op
+from ..op import Case, OpPattern, register_op
 from ..shape import TensorType, dtype_name, normalize_axis, split_axis
 
 #: input dtypes scan accepts, and the dtypes it can produce
@@ -87,10 +87,26 @@ def reference(kind: str):
     return ref
 
 
+def _cases():
+    """The scan benchmark's calls, and small awkward ones (1, primes, a tile and a bit)."""
+    t = TensorType
+    bench = [Case((t((1 << 24,), "float32"),), {"axis": 0}, "bench", "1-D 2^24"),
+             Case((t((4096, 1024), "float32"),), {"axis": 1}, "bench", "(4096, 1024) axis=1"),
+             Case((t((1024, 4096), "float32"),), {"axis": 0}, "bench", "(1024, 4096) axis=0"),
+             Case((t((65536, 1024), "float32"),), {"axis": -1}, "bench", "(65536, 1024) axis=-1")]
+    small = [Case((t((1,), "float32"),), {"axis": 0}, "small"),
+             Case((t((2053,), "float32"),), {"axis": 0}, "small", "1-D, just over a tile"),
+             Case((t((3, 257), "int32"),), {"axis": 1, "exclusive": True}, "small"),
+             Case((t((37, 5), "float64"),), {"axis": 0}, "small"),
+             Case((t((2, 7, 3), "float32"),), {"axis": 1}, "small")]
+    return bench + small
+
+
 for _name, _kind in (("cumsum", "sum"), ("cumprod", "prod")):
     register_op(
         _name, attrs=ScanAttrs, num_inputs=1, type_rel=_type_rel(_name),
         pattern=OpPattern.OPAQUE, reference=reference(_kind), input_names=("data",),
+        cases=_cases,
         doc=f"{'Cumulative sum' if _kind == 'sum' else 'Cumulative product'} along an axis.",
     )
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..eager import call
 from ..errors import AttrError, DTypeError, describe, require_bool, require_int
-from ..op import Constraint, KernelInfo, OpPattern, register_op
+from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, normalize_axis
 
 #: input dtypes topk/sort/argsort accept
@@ -156,13 +156,32 @@ def _reference(op: str):
     return ref
 
 
+def _cases(op: str):
+    """The topk benchmark's calls (as sorts for sort/argsort), and small awkward ones."""
+    def cases():
+        t = TensorType
+        k = (lambda v: {"k": v}) if op == "topk" else (lambda v: {})
+        bench = [Case((t((4096, 1024), "float32"),), k(8), "bench", "(4096, 1024) k=8"),
+                 Case((t((1, 1 << 22), "float32"),), k(100), "bench", "(1, 2^22) k=100"),
+                 Case((t((1, 1 << 24), "float32"),), k(1000), "bench", "(1, 2^24) k=1000"),
+                 Case((t((256, 262144), "float32"),), k(256), "bench", "(256, 262144) k=256"),
+                 Case((t((64, 4096), "float32"),), k(0), "bench", "(64, 4096) full sort")]
+        small = [Case((t((3, 40), "float32"),), k(5), "small"),
+                 Case((t((2, 3001), "float64"),), k(200), "small", "k > 128 (radix)"),
+                 Case((t((1, 9001), "float16"),), k(300), "small"),
+                 Case((t((5, 1000), "int64"),), k(0), "small", "a sort"),
+                 Case((t((7, 1), "int32"),), k(1), "small")]
+        return bench + small
+    return cases
+
+
 for _name, _attrs, _doc in (
         ("topk", TopkAttrs, "The k largest (or smallest) elements along an axis, in order."),
         ("sort", SortAttrs, "Stable sort along an axis."),
         ("argsort", ArgsortAttrs, "Indices of a stable sort along an axis.")):
     register_op(_name, attrs=_attrs, num_inputs=1, type_rel=_type_rel(_name),
                 pattern=OpPattern.OPAQUE, reference=_reference(_name), input_names=("data",),
-                doc=_doc, constraints=_constraints,
+                doc=_doc, constraints=_constraints, cases=_cases(_name),
                 # the kernels compare and move bit patterns only: no float16/64 arithmetic
                 kernel_info=KernelInfo(storage_dtypes=IN_DTYPES))
 

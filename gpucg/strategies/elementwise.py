@@ -5,5 +5,4 @@ from __future__ import annotations
 from .generic import schedule_strategies
 
 STRATEGIES = {"relu": schedule_strategies("relu", "injective"),
-              "add": schedule_strategies("add", "broadcast"),
-              "sum": schedule_strategies("sum", "reduce")}
+              "add": schedule_strategies("add", "broadcast")}
