@@ -62,8 +62,13 @@ KNOBS: dict[str, Knob] = {
              "Substring of the OpenCL platform or device name to use (default: first GPU, "
              "else first device that compiles a test kernel)."),
         Knob("GPUCG_REQUIRE", str, lambda: "",
-             "Comma-separated backends (`opencl`, `cuda`, `nvrtc`) whose absence makes the "
-             "test suite fail instead of skip; `make test` sets `opencl,nvrtc`."),
+             "Comma-separated backends and tools (`opencl`, `cuda`, `nvrtc`, `oclgrind`) whose "
+             "absence makes the test suite fail instead of skip; `make test` sets "
+             "`opencl,nvrtc,oclgrind`."),
+        Knob("GPUCG_OCLGRIND_RUNTIME", Path, lambda: None,
+             "Path of Oclgrind's `liboclgrind-rt-icd.so` where it is not in the usual places "
+             "(`/usr/lib/oclgrind`, beside the `oclgrind` command); the Oclgrind checks and "
+             "`gpucg resources --traffic` load it."),
     ]
 }
 
@@ -87,6 +92,10 @@ def disk_cache() -> bool:
 
 def opencl_device() -> str | None:
     return get("GPUCG_OPENCL_DEVICE")
+
+
+def oclgrind_runtime() -> Path | None:
+    return get("GPUCG_OCLGRIND_RUNTIME")
 
 
 def required_backends() -> set[str]:

@@ -38,6 +38,11 @@ CHECKS = {"OCLGRIND_DATA_RACES": "1", "OCLGRIND_CHECK_API": "1"}
 
 def runtime_library() -> Path | None:
     """The path of Oclgrind's ICD runtime library, or None where Oclgrind is not installed."""
+    from .. import knobs
+
+    given = knobs.oclgrind_runtime()
+    if given is not None:
+        return given if given.is_file() else None
     dirs = list(_SEARCH)
     exe = shutil.which("oclgrind")
     if exe:
@@ -275,3 +280,23 @@ def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
                     out.append(Task(name, kind, i, impl, "int64"))
                 seen.add(impl)
     return out
+
+
+def traffic(ops, kind: str = "small", workers: int = 2) -> list[Result]:
+    """The global memory traffic of the implementation a GPU selects, per Case of ``kind`` of
+    each operator, counted by Oclgrind (no checks, so faster than :func:`run` with them)."""
+    from ..op import get_op
+
+    tasks = [Task(op, kind, i) for op in ops for i, _ in enumerate(get_op(op).representative(kind))]
+    return run(tasks, checks=False, counts=True, workers=workers)
+
+
+def traffic_line(r: Result) -> str:
+    """"topk [label] topk_radix.opencl: 255,078 B loaded + 9,060 stored = 13.34x compulsory"."""
+    head = f"{r.task.op} [{r.label}] {r.impl or '?'}"
+    if r.error:
+        return f"{head}: {r.error}"
+    moved = r.loaded + r.stored
+    ratio = f"{moved / r.compulsory:.2f}x" if r.compulsory else "-"
+    return (f"{head}: {r.loaded:,} B loaded + {r.stored:,} B stored = {ratio} the compulsory "
+            f"{r.compulsory:,} B (inputs read once, outputs written once)")

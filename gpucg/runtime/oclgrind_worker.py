@@ -70,6 +70,8 @@ def mismatch(got, want) -> str:
 def _tail(path: Path, start: int) -> tuple[str, int]:
     try:
         with open(path, "rb") as fh:
+            if fh.seek(0, 2) < start:  # a new OpenCL context starts Oclgrind's log afresh
+                start = 0
             fh.seek(start)
             data = fh.read()
     except OSError:
