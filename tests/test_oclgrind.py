@@ -120,3 +120,14 @@ def test_every_implementation_under_oclgrind(oclgrind_or_skip):
     assert not compare_traffic(known, figures), "\n".join(compare_traffic(known, figures))
     for r in selected:
         print("  " + oclgrind.traffic_line(r))
+
+
+def test_cli_resources_traffic(oclgrind_or_skip, nvrtc_or_skip, capsys):
+    from gpucg import cli
+
+    assert cli.main(["resources", "relu", "--input", "3,1001:float32", "--arch", "sm_80",
+                     "--traffic"]) == 0
+    out = capsys.readouterr().out
+    assert "injective.cuda*" in out
+    assert ("relu [Tensor[(3, 1001), float32]] injective.opencl: 12,012 B loaded + 12,012 B "
+            "stored = 1.00x the compulsory 24,024 B") in out
