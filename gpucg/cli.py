@@ -88,7 +88,7 @@ def cmd_ops(args) -> int:
             except Exception as exc:  # a user-registered strategy may fail; keep listing
                 print(f"  {target}: {type(exc).__name__}: {exc}")
                 continue
-            for impl in strategy.implementations:
+            for impl in strategy.offered():
                 cond = impl.describe_condition()
                 print(f"  {target:<18} {impl.name:<22} plevel {impl.plevel:>3}  if {cond}"
                       f"  (for {shown})")

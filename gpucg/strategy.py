@@ -82,6 +82,12 @@ class Strategy:
                 f"strategy ({names}) has no unconditioned implementation: every implementation "
                 "could be excluded for some shape; add a fallback with no condition")
 
+    def offered(self) -> list:
+        """Every implementation and exclusion, in the order the strategy named them."""
+        by_name = {i.name: i for i in self.implementations + self.excluded}
+        return [by_name[n] for n in self.order if n in by_name] + \
+            [i for i in self.implementations if i.name not in self.order]
+
     def find(self, name: str):
         """The implementation (or exclusion) named ``name``, with or without ".<target kind>"."""
         for impl in self.implementations + self.excluded:
