@@ -96,6 +96,15 @@ class Strategy:
         return None
 
 
+def only(decl: ImplDecl, plevel: int = 10):
+    """A strategy function that offers one implementation, always (a host target's)."""
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy(target)
+        s.add(decl, plevel)
+        return s
+    return strategy
+
+
 # -- forcing an implementation, and size rules ---------------------------------------------------
 
 def force(strategy: Strategy, name: str, op_name: str, target):
