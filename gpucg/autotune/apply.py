@@ -118,6 +118,49 @@ def _region(binding: dict, values: dict, bucket: dict) -> list:
     return out
 
 
+_HUGE = 2 ** 62
+
+
+def _intervals(binding: dict, values: dict, bucket: dict) -> dict:
+    """symbol of the compile -> (lowest, highest or None) size in the bucket's region."""
+    out = {}
+    for sym, b in bucket.items():
+        e = binding.get(sym)
+        if isinstance(e, sympy.Symbol):
+            vs = values[sym]
+            i = vs.index(b)
+            out[e] = (b if i > 0 else 1, vs[i + 1] - 1 if i + 1 < len(vs) else None)
+    return out
+
+
+def _implied(literal, intervals: dict) -> bool:
+    """True when a comparison linear in one symbol holds over that symbol's whole interval
+    (its truth set is a half-line, so both ends decide it)."""
+    syms = literal.free_symbols
+    if len(syms) != 1 or not isinstance(literal, sympy.core.relational.Relational):
+        return False
+    (sym,) = syms
+    if sym not in intervals:
+        return False
+    try:
+        if sympy.Poly(literal.lhs - literal.rhs, sym).degree() > 1:
+            return False
+    except sympy.PolynomialError:
+        return False
+    lo, hi = intervals[sym]
+    return all(bool(literal.subs(sym, v)) is True for v in (lo, _HUGE if hi is None else hi))
+
+
+def _residual(impl, intervals: dict):
+    """The clauses of the implementation's condition the bucket's region does not imply
+    (None when it implies them all)."""
+    if impl.condition is None:
+        return None
+    left = [c for c in impl.condition.clauses
+            if not any(_implied(lit, intervals) for lit in c)]
+    return sympy.And(*(sympy.Or(*c) for c in left)) if left else None
+
+
 def plan(op: str, alive, attrs: dict, input_types, target, records) -> Plan:
     """The tuned branches for a compile, from the records that apply (see the module doc)."""
     out = Plan(source=records.name)
@@ -174,19 +217,19 @@ def plan(op: str, alive, attrs: dict, input_types, target, records) -> Plan:
             names = [i.name for i in alive]
             ranked = rank(winners, lambda r: r.cost, lambda r: r.spread,
                           lambda r: (names.index(r.impl), order(by_name[r.impl], r.config)))
+            intervals = _intervals(binding, values, dict(bucket))
             for r in ranked:
                 impl = by_name[r.impl]
-                parts = list(region)
-                if impl.condition is not None:
-                    parts.append(impl.condition.expr)
+                rest = _residual(impl, intervals)
+                parts = list(region) + ([rest] if rest is not None else [])
                 cond = SpecializedCondition(sympy.And(*parts) if parts else sympy.true)
                 verdict = cond.decide()
                 if verdict is False:
                     continue
                 out.branches.append(Branch(impl, impl.space.validate(r.config),
                                            None if verdict else cond, r, _describe(r)))
-                if verdict:
-                    break
+                if verdict or rest is None:
+                    break  # this branch covers the bucket: slower ones would never run
             if out.complete:
                 return out
     return out

@@ -23,13 +23,17 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import GpucgError, InputError
 
 log = logging.getLogger("gpucg.autotune")
 
 RECORD_VERSION = 2
 #: what a failed candidate's ``error`` says; "dropped" was never measured (a device limit)
 ERROR_KINDS = ("compile", "launch", "wrong", "timeout", "crash", "dropped")
+
+
+class TuneError(GpucgError):
+    """Tuning could not go on (a measuring worker cannot start)."""
 
 
 class RecordsError(InputError):
@@ -172,6 +176,8 @@ class RecordLog(RecordList):
         self._lock = threading.Lock()
         self._state = None  # (inode, size read up to)
         self._lineno = 0
+        #: lines that did not parse (skipped with a warning)
+        self.skipped = 0
         super().__init__()
         self.refresh()
 
@@ -201,6 +207,7 @@ class RecordLog(RecordList):
 
     def _reset(self) -> None:
         self.records, self._by_op, self._state, self._lineno = [], {}, None, 0
+        self.skipped = 0
 
     def _read_from(self, offset: int, inode: int) -> None:
         try:
@@ -220,6 +227,7 @@ class RecordLog(RecordList):
             try:
                 self._add(Record.from_json(line, where))
             except (ValueError, KeyError, TypeError) as exc:
+                self.skipped += 1
                 log.warning("%s: skipped an unreadable record (%s)", where, exc)
         self._state = (inode, offset + end)
 
