@@ -236,8 +236,13 @@ class RecordLog(RecordList):
         self._check_path()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(record.to_json() + "\n")
+            with open(self.path, "ab+") as fh:
+                line = record.to_json().encode() + b"\n"
+                if fh.tell():  # a line cut short by a kill: end it, so it alone is lost
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":
+                        line = b"\n" + line
+                fh.write(line)
         except OSError as exc:
             raise RecordsError(f"records file {str(self.path)!r} cannot be written: "
                                f"{exc.strerror or exc}") from None
