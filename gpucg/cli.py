@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_bench)
     from .autotune.cli import add_verbs  # tune, records
 
-    add_verbs(sub, op_args)
+    add_verbs(sub, op_args, parse_input, parse_attr)
     return p
 
 

@@ -208,15 +208,19 @@ def plan(op: str, alive, attrs: dict, input_types, target, records) -> Plan:
             buckets.setdefault(r.bucket, []).append(r)
         for bucket in sorted(buckets, key=lambda b: tuple(v for _, v in b)):
             region = equal + _region(binding, values, dict(bucket))
-            best_per_impl = {}
-            for r in buckets[bucket]:
-                best_per_impl.setdefault(r.impl, []).append(r)
-            winners = [pick_best(rs, lambda r: r.cost, lambda r: r.spread,
-                                 lambda r: order(by_name[r.impl], r.config))
-                       for rs in best_per_impl.values()]
             names = [i.name for i in alive]
-            ranked = rank(winners, lambda r: r.cost, lambda r: r.spread,
-                          lambda r: (names.index(r.impl), order(by_name[r.impl], r.config)))
+
+            def key(r):
+                return (names.index(r.impl), order(by_name[r.impl], r.config))
+            # the best of the bucket as the tuner picks it, then each other implementation's
+            first = pick_best(buckets[bucket], lambda r: r.cost, lambda r: r.spread, key)
+            per_impl: dict = {}
+            for r in buckets[bucket]:
+                if r.impl != first.impl:
+                    per_impl.setdefault(r.impl, []).append(r)
+            others = [pick_best(rs, lambda r: r.cost, lambda r: r.spread, key)
+                      for rs in per_impl.values()]
+            ranked = [first] + rank(others, lambda r: r.cost, lambda r: r.spread, key)
             intervals = _intervals(binding, values, dict(bucket))
             for r in ranked:
                 impl = by_name[r.impl]

@@ -32,11 +32,10 @@ def parse_sizes(items) -> dict:
 
 
 def cmd_tune(args) -> int:
-    from ..cli import parse_attr, parse_input
     from .tuner import tune
 
-    types = [parse_input(t) for t in args.input]
-    attrs = dict(parse_attr(a) for a in args.attr)
+    types = [args.parse_input(t) for t in args.input]
+    attrs = dict(args.parse_attr(a) for a in args.attr)
     budget = parse_budget(args.budget) if args.budget else None
     sizes = parse_sizes(args.size)
     if args.plot:
@@ -194,8 +193,9 @@ def _alive(r):
         return None
 
 
-def add_verbs(sub, op_args) -> None:
-    """Add ``tune`` and ``records`` to the gpucg command's subparsers."""
+def add_verbs(sub, op_args, parse_input, parse_attr) -> None:
+    """Add ``tune`` and ``records`` to the gpucg command's subparsers (``op_args`` adds the
+    operator arguments; the parse functions read ``--input`` and ``--attr``)."""
     sp = sub.add_parser("tune", help="tune an operator's implementations and configs here")
     op_args(sp)
     sp.add_argument("--trials", type=int, default=64, help="candidates per size bucket")
@@ -213,7 +213,7 @@ def add_verbs(sub, op_args) -> None:
     sp.add_argument("--json", action="store_true", help="print the result as JSON")
     sp.add_argument("--plot", metavar="PNG", help="save best-so-far against trials")
     sp.add_argument("--quiet", action="store_true", help="no progress bar")
-    sp.set_defaults(fn=cmd_tune)
+    sp.set_defaults(fn=cmd_tune, parse_input=parse_input, parse_attr=parse_attr)
     sp = sub.add_parser("records", help="tuning records: per workload and device, the best")
     sp.add_argument("file", nargs="?", help="records file (default: GPUCG_RECORDS or the cache's)")
     sp.add_argument("--best", action="store_true", help="only the best per bucket")

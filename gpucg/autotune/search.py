@@ -179,7 +179,8 @@ class Model(Search):
                 n_startup_trials=min(10, max(3, len(cands) // 20)))
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
         self.pending: dict[int, object] = {}
-        self.dists = {"impl": optuna.distributions.CategoricalDistribution(cands.impls)}
+        self.dists = {"impl": optuna.distributions.CategoricalDistribution(cands.impls)} \
+            if cands.impls else {}
         for name, knobs in cands.knobs.items():
             for knob, values in knobs.items():
                 self.dists[f"{name}:{knob}"] = \
@@ -229,10 +230,16 @@ class Model(Search):
                     value=self._value(cost)))
 
 
-def make_search(name: str, cands: Candidates, seed: int = 0) -> Search:
-    """A search strategy by name (InputError naming the allowed ones)."""
-    table = {"grid": Grid, "random": Random, "anneal": Anneal, "model": Model}
-    if name not in table:
+def check_search(name: str) -> None:
+    """InputError unless ``name`` is a search strategy that can run here."""
+    if name not in SEARCHES:
         raise InputError(f"search={name!r} is not a search strategy; allowed: "
                          f"{', '.join(SEARCHES)}")
-    return table[name](cands, seed)
+    if name == "model":
+        Model(Candidates([]), 0)  # Optuna is installed
+
+
+def make_search(name: str, cands: Candidates, seed: int = 0) -> Search:
+    """A search strategy by name (InputError naming the allowed ones)."""
+    check_search(name)
+    return {"grid": Grid, "random": Random, "anneal": Anneal, "model": Model}[name](cands, seed)

@@ -24,7 +24,7 @@ from .keys import device_identity, template_hash
 from .measure import Result, Task, Timing
 from .records import RecordList, default_path, open_log, stamp
 from .result import BucketResult, TuneResult, Trial
-from .search import Candidates, make_search
+from .search import Candidates, check_search, make_search
 from .workload import Workload
 
 
@@ -153,7 +153,7 @@ def tune(op: str, *inputs, target=None, trials: int = 64, search: str = "random"
     if data is not None and sizes:
         raise InputError("sizes= needs symbolic input types, not arrays")
     workload = Workload(op, types, target, sizes, **attrs)
-    make_search(search, Candidates([]), seed)  # an unknown strategy fails before any work
+    check_search(search)  # an unknown strategy fails before any work
     log = _records_log(records, replay)
     start = time.monotonic()
     ident = device_identity(workload.target.backend) if replay is None else None
