@@ -50,19 +50,20 @@ class Plan:
         return bool(self.branches) and self.branches[-1].condition is None
 
 
-def tied(a: float, b: float, noise: float) -> bool:
-    return abs(a - b) <= noise
+#: a tie never spans more than this fraction of the best cost, however noisy its timing
+TIE_CAP = 0.05
 
 
 def pick_best(items, cost, spread, order):
-    """The best item: lowest cost, where costs within the measured noise (the larger spread
-    of the two) of the lowest are tied and the tie goes to the lowest ``order``."""
+    """The best item: lowest cost, where costs within the measured noise of the lowest (its
+    interquartile range, at most TIE_CAP of its cost) are tied and the tie goes to the lowest
+    ``order``, so a re-run does not flip the choice on noise."""
     items = list(items)
     if not items:
         return None
     low = min(items, key=lambda it: (cost(it), order(it)))
-    ties = [it for it in items if tied(cost(it), cost(low), max(spread(it), spread(low)))]
-    return min(ties, key=order)
+    noise = min(spread(low), TIE_CAP * cost(low))
+    return min((it for it in items if cost(it) - cost(low) <= noise), key=order)
 
 
 def rank(items, cost, spread, order) -> list:

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -190,13 +191,17 @@ class RecordLog(RecordList):
             raise RecordsError(f"records file {str(self.path)!r} is a directory; give a file path")
 
     def refresh(self) -> None:
-        self._check_path()
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path)  # the one system call when nothing changed
         except FileNotFoundError:
             if self._state is not None:
                 self._reset()
             return
+        except OSError as exc:
+            raise RecordsError(f"records file {str(self.path)!r} cannot be read: "
+                               f"{exc.strerror or exc}") from None
+        if stat.S_ISDIR(st.st_mode):
+            self._check_path()
         with self._lock:
             if self._state is not None and self._state[0] == st.st_ino \
                     and self._state[1] == st.st_size:
