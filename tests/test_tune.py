@@ -134,6 +134,20 @@ def test_workers_record_wrong_answers_crashes_and_timeouts(tmp_path):
     assert len(logged) == 6 and {x.error for x in logged} == {None, "wrong", "crash", "timeout"}
 
 
+def test_workers_on_a_gpu_compile_in_parallel_and_run_one_at_a_time():
+    from gpucg.autotune.measure import Task
+    from gpucg.autotune.workers import LocalPool
+
+    attrs = gpucg.get_op("tune_probe").make_attrs()
+    tasks = [Task("tune_probe", ("tune_probe",), "numpy", (T8,), attrs, "probe_host.numpy",
+                  {"mode": "ok", "delay": d}) for d in (4, 0, 2)]
+    with LocalPool(2, timeout_s=30, exclusive=False) as pool:
+        results = pool.measure(tasks)
+        assert len(pool.workers) == 2
+    assert all(r.ok for r in results)
+    assert results[0].cost > results[1].cost  # in the order of the tasks
+
+
 def test_tuning_on_given_arrays_within_a_time_budget(tmp_path):
     x = np.arange(8, dtype=np.float32)
     r = gpucg.tune("tune_probe", x, target="numpy", trials=16, budget_s=0.5,
