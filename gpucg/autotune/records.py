@@ -285,11 +285,17 @@ _WARNED: set = set()
 
 def open_log(path) -> RecordLog:
     """The one RecordLog of a path in this process (shared by compile, explain and tune)."""
+    raw = str(path)
+    found = _LOGS.get(raw)  # the common case: no path resolution per compile
+    if found is not None:
+        found.refresh()
+        return found
     key = str(Path(path).expanduser().resolve())
     with _LOGS_LOCK:
         found = _LOGS.get(key)
         if found is None:
             found = _LOGS[key] = RecordLog(key)
+        _LOGS[raw] = found
         return found
 
 
