@@ -115,6 +115,8 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -
     args = _tuple(params)
     for i, choice in enumerate(sel.choices):
         impl = choice.impl
+        if choice.note:  # a tuned branch: the record it comes from
+            lines.append(f"    # tuned: {choice.note}")
         if choice.condition is not None:
             lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()})")
             lines.append(f"    if {_bare(choice.condition.to_python())}:")
