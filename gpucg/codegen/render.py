@@ -85,14 +85,43 @@ def _operand(term, allowed: str) -> str:
     return term if _top_level_ops(term) <= set(allowed) else f"({term})"
 
 
+def _split_top(term: str, seps: str) -> list:
+    """``term`` cut at its top-level characters in ``seps``: [(sep before, piece), ...]; the
+    first piece has sep ''."""
+    out, depth, start, sep = [], 0, 0, ""
+    for i, ch in enumerate(term):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and ch in seps and i > 0:
+            out.append((sep, term[start:i].strip()))
+            sep, start = ch, i + 1
+    out.append((sep, term[start:].strip()))
+    return out
+
+
+def _int_literal(text: str):
+    return int(text) if re.fullmatch(r"-?\d+", text) else None
+
+
 def mul(*terms) -> str:
-    """The product of terms (C expressions or ints): ints are multiplied, 1 dropped, 0 wins."""
+    """The product of terms (C expressions or ints): ints are multiplied, 1 dropped, 0 wins.
+    A term that is itself a product contributes its number factors to the one number
+    (``mul("(a + b) * 3", 3)`` is ``(a + b) * 9``)."""
     const, parts = 1, []
     for t in terms:
         if _is_num(t):
             const *= t
-        else:
-            parts.append(_operand(t, "*"))
+            continue
+        t = str(t).strip()
+        factors = [t] if _top_level_ops(t) - {"*"} else [f for _, f in _split_top(t, "*")]
+        for f in factors:
+            v = _int_literal(f)
+            if v is None:
+                parts.append(_operand(f, "*"))
+            else:
+                const *= v
     if const == 0:
         return "0"
     if const != 1 or not parts:
@@ -101,16 +130,37 @@ def mul(*terms) -> str:
 
 
 def add(*terms) -> str:
-    """The sum of terms (C expressions or ints): ints are added, 0 dropped."""
+    """The sum of terms (C expressions or ints): ints are added, 0 dropped. A term that is
+    itself a sum contributes its numbers to the one number (``add("w0 + 1", 1)`` is
+    ``w0 + 2``)."""
     const, parts = 0, []
     for t in terms:
         if _is_num(t):
             const += t
-        elif str(t).strip() not in ("", "0"):
-            parts.append(_operand(t, "+-*/%"))
-    if const or not parts:
-        parts.append(str(const))
-    return " + ".join(parts)
+            continue
+        t = str(t).strip()
+        if t in ("", "0"):
+            continue
+        pieces = _split_top(t, "+-")
+        if _top_level_ops(t) - {"+", "-"} or t.startswith("-") or not all(p for _, p in pieces):
+            parts.append(("+", _operand(t, "+-*/%")))
+            continue
+        for sign, piece in pieces:
+            v = _int_literal(piece)
+            if v is None:
+                parts.append((sign or "+", piece))
+            else:
+                const += -v if sign == "-" else v
+    if not parts:
+        return str(const)
+    text = parts[0][1] if parts[0][0] == "+" else f"-{parts[0][1]}"
+    for sign, piece in parts[1:]:
+        text += f" {sign} {piece}"
+    if const > 0:
+        text += f" + {const}"
+    elif const < 0:
+        text += f" - {-const}"
+    return text
 
 
 def div(a, b) -> str:
@@ -131,6 +181,39 @@ def mod(a, b) -> str:
     return f"{_operand(a, '*/%')} % {_operand(b, '')}"
 
 
+@jinja2.pass_context
+def as_int(ctx, expr) -> str:
+    """``expr`` (of the index type) as an int: a cast only with 64-bit indexing."""
+    return f"(int){_operand(expr, '')}" if ctx["wide"] else str(expr)
+
+
+@jinja2.pass_context
+def as_idx(ctx, expr) -> str:
+    """``expr`` (an int) as the index type: a cast only with 64-bit indexing, where a
+    product with it must not overflow 32 bits."""
+    return f"({ctx['idx']}){_operand(expr, '')}" if ctx["wide"] else str(expr)
+
+
+def guard(conds, body) -> str:
+    """``body`` (statements) under ``if (conds...)``: no ``if`` when there is no condition,
+    one line for one statement, else braces."""
+    body = str(body).strip("\n")
+    conds = [str(c) for c in conds if c is not True]
+    if not conds:
+        return body
+    test = " && ".join(conds)
+    if "\n" not in body:
+        return f"if ({test}) {body.strip()}"
+    return f"if ({test}) {{\n{block(body, 4)}\n}}"
+
+
+def block(text, width: int = 0) -> str:
+    """Statements from a macro, placed in a template on a line of their own: the macro's
+    last newline dropped and every non-blank line indented by ``width`` more spaces."""
+    pad = " " * width
+    return "\n".join(pad + ln if ln.strip() else "" for ln in str(text).strip("\n").split("\n"))
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -141,7 +224,9 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.globals.update(mul=mul, add=add, div=div, mod=mod)
+    env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
+                       guard=guard)
+    env.filters["block"] = block
     return env
 
 
@@ -186,6 +271,7 @@ def render(spec: KernelSpec, dialect: Dialect, wide: bool = False, header: str =
         wide=wide,
         entry=spec.entry,
         preamble=dialect.preamble(dtypes),
+        gptr=dialect.global_ptr + " " if dialect.global_ptr else "",
         **params,
     )
     return _tidy((comment(header) if header else "") + source)
