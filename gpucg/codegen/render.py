@@ -108,25 +108,48 @@ def _int_literal(text: str):
 def mul(*terms) -> str:
     """The product of terms (C expressions or ints): ints are multiplied, 1 dropped, 0 wins.
     A term that is itself a product contributes its number factors to the one number
-    (``mul("(a + b) * 3", 3)`` is ``(a + b) * 9``)."""
-    const, parts = 1, []
+    (``mul("(a + b) * 3", 3)`` is ``(a + b) * 9``), which stands where the first number did
+    (``mul("n * 16", "H")`` is ``n * 16 * H``)."""
+    const, parts, at = 1, [], None
     for t in terms:
-        if _is_num(t):
-            const *= t
-            continue
-        t = str(t).strip()
-        factors = [t] if _top_level_ops(t) - {"*"} else [f for _, f in _split_top(t, "*")]
+        factors = [t] if _is_num(t) else \
+            [str(t).strip()] if _top_level_ops(str(t).strip()) - {"*"} else \
+            [f for _, f in _split_top(str(t).strip(), "*")]
         for f in factors:
-            v = _int_literal(f)
+            v = f if _is_num(f) else _int_literal(f)
             if v is None:
                 parts.append(_operand(f, "*"))
             else:
                 const *= v
+                at = len(parts) if at is None else at
     if const == 0:
         return "0"
+    if const != 1 and len(parts) == 1:
+        spread = _spread(parts[0], const)
+        if spread:
+            return spread
     if const != 1 or not parts:
-        parts.append(str(const))
+        parts.insert(len(parts) if at is None else at, str(const))
     return " * ".join(parts)
+
+
+def _spread(term: str, const: int):
+    """``(A + c) * const`` as ``A * const + c * const`` when A is a product with a number (so
+    the numbers merge: ``((x * 3 + 1) * 3`` is ``x * 9 + 3``); else None."""
+    if not (term.startswith("(") and term.endswith(")")):
+        return None
+    inner = term[1:-1]
+    if _operand(inner, "") != term or inner.startswith("-"):
+        return None  # not one parenthesized expression
+    pieces = _split_top(inner, "+-")
+    if len(pieces) != 2 or _int_literal(pieces[1][1]) is None:
+        return None
+    head = pieces[0][1]
+    if _top_level_ops(head) - {"*"} or not any(_int_literal(f) is not None
+                                                for _, f in _split_top(head, "*")):
+        return None
+    c = _int_literal(pieces[1][1]) * (-1 if pieces[1][0] == "-" else 1)
+    return add(mul(head, const), c * const)
 
 
 def add(*terms) -> str:
@@ -142,7 +165,8 @@ def add(*terms) -> str:
         if t in ("", "0"):
             continue
         pieces = _split_top(t, "+-")
-        if _top_level_ops(t) - {"+", "-"} or t.startswith("-") or not all(p for _, p in pieces):
+        whole = not all(p and p[-1] not in "+-*/%" for _, p in pieces)  # a unary minus inside
+        if _top_level_ops(t) - set("+-*/%") or t.startswith("-") or whole:
             parts.append(("+", _operand(t, "+-*/%")))
             continue
         for sign, piece in pieces:
