@@ -298,4 +298,4 @@ def render(spec: KernelSpec, dialect: Dialect, wide: bool = False, header: str =
         gptr=dialect.global_ptr + " " if dialect.global_ptr else "",
         **params,
     )
-    return _tidy((comment(header) if header else "") + source)
+    return _tidy((comment(header) + "\n" if header else "") + source)
