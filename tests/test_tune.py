@@ -265,8 +265,8 @@ def test_size_buckets_become_dispatcher_branches():
                        for size, m, d in ((1, "fast", 0), (64, "ok", 1), (4096, "fast", 3))])
     f = gpucg.compile("tune_probe", t, target="numpy", records=recs)
     src = f.dispatcher_source
-    assert "if n < 64:" in src and "if (n >= 64) and (n < 4096):" in src and "if n >= 4096:" in src
-    assert src.count("# tuned: record") == 3
+    assert "if n < 64:" in src and "if n >= 64 and n < 4096:" in src and "if n >= 4096:" not in src
+    assert src.count("# tuned: record") == 2 and "# tuned: n >= 4096: record" in src
     for size, want in ((1, (("fast", 0))), (63, ("fast", 0)), (64, ("ok", 1)),
                        (4095, ("ok", 1)), (5000, ("fast", 3))):
         tune_probe.RAN.clear()

@@ -15,7 +15,7 @@ cost, each under its own condition; the usual plevel order follows as the fallba
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sympy
 
@@ -207,6 +207,12 @@ def plan(op: str, alive, attrs: dict, input_types, target, records) -> Plan:
         buckets: dict = {}
         for r in good:
             buckets.setdefault(r.bucket, []).append(r)
+        grid = 1
+        for vs in values.values():
+            grid *= len(vs)
+        # the bucket regions partition the sizes when the buckets form a full grid and this
+        # signature needs no equality: then the last branch needs no condition
+        covered = not equal and grid == len(buckets)
         for bucket in sorted(buckets, key=lambda b: tuple(v for _, v in b)):
             region = equal + _region(binding, values, dict(bucket))
             names = [i.name for i in alive]
@@ -235,8 +241,15 @@ def plan(op: str, alive, attrs: dict, input_types, target, records) -> Plan:
                                            None if verdict else cond, r, _describe(r)))
                 if verdict or rest is None:
                     break  # this branch covers the bucket: slower ones would never run
+            else:
+                covered = False
             if out.complete:
                 return out
+        if covered and out.branches:  # the last region is what the others leave
+            last = out.branches[-1]
+            where = f"{last.condition}: " if last.condition is not None else ""
+            out.branches[-1] = replace(last, condition=None, note=f"{where}{last.note}")
+            return out
     return out
 
 
