@@ -229,3 +229,18 @@ def test_explain_prints_a_line_per_selected_kernel(nvrtc_or_skip, capsys):
     assert cli.main(["explain", "cumsum", "--input", "n,1024:float32", "--attr", "axis=1",
                      "--target", "cuda"]) == 0
     assert "blocks up to" in capsys.readouterr().out
+
+
+def test_the_tuners_cuda_check_refuses_a_block_too_big_for_the_registers(nvrtc_or_skip):
+    from gpucg.autotune.checks import CHECKS
+    from gpucg.runtime.cuda_backend import CudaBackend
+    from gpucg.runtime.cupy_standin import StandInCupy
+
+    assert res.cuda_resource_check in CHECKS["cuda"]
+    backend = CudaBackend(cupy=StandInCupy("sm_90", check=False))
+    f = gpucg.compile("topk", gpucg.tensor((1, 1 << 22), "float32"), k=100, target="cuda",
+                      impl="topk_group", records=False)
+    prog = backend.compile(f.sources["topk_group.cuda/split"], "gpucg_topk_topk_group_split")
+    assert res.cuda_resource_check(backend, prog, "split", 1, 32) is None  # 255 registers
+    why = res.cuda_resource_check(backend, prog, "split", 1, 512)
+    assert "too many resources requested" in why, why

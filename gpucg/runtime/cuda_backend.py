@@ -14,10 +14,14 @@ from .cache import cache_key
 
 
 class CudaProgram(Program):
-    def __init__(self, function, entry: str, backend: "CudaBackend"):
+    def __init__(self, function, entry: str, backend: "CudaBackend", source: str = "",
+                 options: tuple = ()):
         self.function = function
         self.entry = entry
         self.backend = backend
+        #: what it was compiled from (the resource check asks ptxas about it)
+        self.source = source
+        self.options = tuple(options)
 
     def launch(self, args, grid: int, block: int) -> None:
         self.backend.check_block(block)
@@ -112,7 +116,7 @@ class CudaBackend(Backend):
             raise CompileError(f"CUDA kernel {entry} not found in its module: {exc}", source,
                                options) from None
         stats.bump("compiles")
-        prog = CudaProgram(function, entry, self)
+        prog = CudaProgram(function, entry, self, source, options)
         self._programs[key] = prog
         return prog
 

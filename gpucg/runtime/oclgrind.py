@@ -270,7 +270,8 @@ def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
     for name in ops or list_ops():
         seen = set()
         for i, case in enumerate(get_op(name).representative(kind)):
-            sel = explain(name, *case.inputs, target="opencl -device=gpu", **case.attrs)
+            sel = explain(name, *case.inputs, target="opencl -device=gpu", records=False,
+                          **case.attrs)
             for cand in sel.candidates:
                 if cand.verdict == "excluded":
                     continue

@@ -138,21 +138,16 @@ def _static(op: str, input_types) -> None:
 def record_launches(op: str, input_types, target: str, impl: str, config=None, attrs=None):
     """(compiled op, launches) of one call of ``impl`` with ``config`` (default: the space's
     default), run by the CUDA backend on a stand-in that records instead of launching."""
-    from ..autotune.records import Record, RecordList, workload_key
     from ..compiled import compile as compile_op
-    from ..op import get_op
     from ..target import Target
 
     attrs = dict(attrs or {})
     tgt = Target(target)
-    records = None
-    if config is not None:
-        made = dataclasses.asdict(get_op(op).make_attrs(**attrs))
-        records = RecordList([Record(workload_key(op, made, input_types), str(tgt),
-                                     f"{impl}.{tgt.kind}", dict(config), 0.0)])
     cupy = StandInCupy(tgt.attrs.get("arch", "sm_90"), check=False)
     with use_backend("cuda", CudaBackend(cupy=cupy)):
-        compiled = compile_op(op, *input_types, target=tgt, impl=impl, records=records, **attrs)
+        # records=False: the default config (or the one given), never a tuned one
+        compiled = compile_op(op, *input_types, target=tgt, impl=impl, records=False,
+                              config=None if config is None else dict(config), **attrs)
         compiled(*(cupy.empty(t.shape, t.dtype) for t in input_types))
     return compiled, cupy.launches
 
@@ -213,7 +208,7 @@ def resources(op: str, *input_types, target: str = "cuda -arch=sm_90", impl: str
 
         raise BackendUnavailableError(f"resources need NVRTC: {why}")
     _static(op, input_types)
-    sel = explain(op, *input_types, target=tgt, **attrs)
+    sel = explain(op, *input_types, target=tgt, records=False, **attrs)
     names = [c.name for c in sel.candidates if c.verdict != "excluded"]
     chosen = sel.choices[0].impl.name
     if impl is not None:
@@ -221,7 +216,8 @@ def resources(op: str, *input_types, target: str = "cuda -arch=sm_90", impl: str
     rows = []
     for name in names:
         short = name.rsplit(".", 1)[0]
-        choice = compile_op(op, *input_types, target=tgt, impl=short, **attrs).selection.choices[0]
+        choice = compile_op(op, *input_types, target=tgt, impl=short, records=False,
+                            **attrs).selection.choices[0]
         if not choice.impl.kernels:
             continue  # host code: nothing for ptxas
         for config in list(choice.impl.space) if all_configs else [None]:
@@ -306,3 +302,27 @@ def explain_lines(compiled, arch: str | None = None) -> list[str]:
                        f"shared, {res.spills} B spilled; blocks up to "
                        f"{max_block(arch, res.registers)} threads fit")
     return out
+
+
+def cuda_resource_check(backend, program, key, grid, block):
+    """The autotuner's check of a CUDA launch (gpucg.autotune.checks): registers x block and
+    shared memory against the device, from ptxas; None (no objection) without NVRTC or for an
+    architecture outside the limits table."""
+    from .occupancy import ARCHS
+
+    source = getattr(program, "source", None)
+    arch = getattr(backend, "arch", None)
+    if source is None or arch not in ARCHS or not nvrtc.available()[0]:
+        return None
+    got = kernel_resources(source, program.entry, arch, tuple(program.options))
+    occ = occupancy(arch, got.registers, got.shared, block)
+    return None if occ.fits else occ.reason
+
+
+def _register_check() -> None:
+    from ..autotune.checks import register_check
+
+    register_check("cuda", cuda_resource_check)
+
+
+_register_check()
