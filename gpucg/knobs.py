@@ -65,8 +65,13 @@ KNOBS: dict[str, Knob] = {
              "Tuning records file that `gpucg.compile`, eager `gpucg.ops.*` calls, `explain` and "
              "`gpucg tune` use (default `records.jsonl` in the cache directory); `off` disables."),
         Knob("GPUCG_REQUIRE", str, lambda: "",
-             "Comma-separated backends (`opencl`, `cuda`, `nvrtc`) whose absence makes the "
-             "test suite fail instead of skip; `make test` sets `opencl,nvrtc`."),
+             "Comma-separated backends and tools (`opencl`, `cuda`, `nvrtc`, `oclgrind`) whose "
+             "absence makes the test suite fail instead of skip; `make test` sets "
+             "`opencl,nvrtc,oclgrind`."),
+        Knob("GPUCG_OCLGRIND_RUNTIME", Path, lambda: None,
+             "Path of Oclgrind's `liboclgrind-rt-icd.so` where it is not in the usual places "
+             "(`/usr/lib/oclgrind`, beside the `oclgrind` command); the Oclgrind checks and "
+             "`gpucg resources --traffic` load it."),
     ]
 }
 
@@ -90,6 +95,10 @@ def disk_cache() -> bool:
 
 def opencl_device() -> str | None:
     return get("GPUCG_OPENCL_DEVICE")
+
+
+def oclgrind_runtime() -> Path | None:
+    return get("GPUCG_OCLGRIND_RUNTIME")
 
 
 def records_path() -> Path | None:

@@ -19,7 +19,8 @@ import gpucg
 from gpucg.ops.conv2d import BENCH_LAYERS
 from gpucg.runtime import backend_status, get_backend
 
-from .common import banner, median_time, parser, print_case, torch_cuda_time, torch_or_none
+from .common import (banner, median_time, parser, print_case, print_traffic, torch_cuda_time,
+                     torch_or_none)
 
 #: (name, batch, C, H, W, O, K, stride, pad, groups): the layers conv2d declares as its
 #: "bench" cases (gpucg/ops/conv2d.py)
@@ -119,6 +120,7 @@ def main(argv=()) -> int:
         print_case(name, f"{name}: batch {n}, {c}->{o} channels, {h}x{w}, {k}x{k}/{stride}, "
                    f"groups {groups}; {tflop * 1e3:.3g} GFLOP", peers, ours, tflop, results,
                    unit="TFLOP/s")
+    traffic = print_traffic(["conv2d"], not args.no_traffic)
     if args.json:
-        print(json.dumps({"results": results}, indent=1))
+        print(json.dumps({"results": results, "traffic": traffic}, indent=1))
     return 0 if ok else 1

@@ -52,6 +52,10 @@ class Dialect:
     half_store: str = ""
     half_load_fn: str = ""
     half_store_fn: str = ""
+    #: a work-group barrier that also orders global memory: work-items that read a global
+    #: value another work-item of the group then writes need it (OpenCL's local-memory
+    #: barrier orders local memory only; CUDA's __syncthreads orders both)
+    barrier_global: str = ""
 
     def local_id(self, dim: int = 0) -> str:
         return self.local_id_fmt.format(axis=_AXES[dim], dim=dim)
@@ -176,6 +180,7 @@ CUDA = Dialect(
         "    unsigned short h;\n"
         "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
         "    return h;\n}\n"),
+    barrier_global="__syncthreads();",
 )
 
 OPENCL = Dialect(
@@ -200,6 +205,7 @@ OPENCL = Dialect(
     u64_suffix="UL",
     half_load="vload_half({index}, {ptr})",
     half_store="vstore_half_rte({value}, {index}, {ptr});",
+    barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

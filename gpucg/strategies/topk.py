@@ -204,8 +204,19 @@ def _merge(emit: bool, doc: str) -> Kernel:
     return Kernel("topk/merge.j2", {"emit": emit}, lambda p: {"wg": p["merge_wg"]}, doc)
 
 
+def _select_spills(p: dict) -> str:
+    return ("each work-item's private best-K list (K keys and K indices, K=128) outgrows the "
+            "255 registers a thread may have" if p["K"] >= 128 else "")
+
+
+def _select_occupancy(p: dict) -> str:
+    return (f"the private lists of K={p['K']} take most registers and the wg*K pairs of the "
+            "merge fill the shared memory of a block of few threads" if p["K"] >= 64 else "")
+
+
 def _select(from_pairs: bool, emit: bool, doc: str) -> Kernel:
-    return Kernel("topk/select.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc)
+    return Kernel("topk/select.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc,
+                  spills=_select_spills, low_occupancy=_select_occupancy)
 
 
 def _chunk(p: dict) -> dict:
