@@ -55,7 +55,7 @@ def host_strategy(attrs, inputs, outputs, target):
 def gpu_strategy(attrs, inputs, outputs, target):
     geo = winograd_geometry(inputs, attrs)
     conv = attrs.conv_attrs()
-    common = common_params(conv, geo, inputs[0].dtype, outputs[0].dtype, len(inputs) == 3)
+    common = common_params(conv, geo, inputs[0].dtype, outputs[0].dtype, len(inputs))
     s = Strategy(target)
     s.add(WINOGRAD[attrs.tile_size, False], 15, info=ConvInfo(geo, conv),
           space=gemm_space(geo.o, target.on_cpu),
