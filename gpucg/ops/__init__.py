@@ -7,10 +7,11 @@ functions); gpucg.builtin loads them with their strategies when gpucg is importe
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
+from .dense import batch_matmul, dense, matmul
 from .elementwise import add, relu
 from .reduce import sum  # noqa: A004
 from .scan import cumprod, cumsum
 from .topk import argsort, sort, topk
 
-__all__ = ["add", "argsort", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
+__all__ = ["add", "argsort", "batch_matmul", "dense", "matmul", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
            "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform"]

@@ -42,9 +42,11 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
         default = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VW": 1, "DB": False}
     while isinstance(m_rows, int) and default["BM"] > 16 and default["BM"] // 2 >= m_rows \
             and default["BN"] < 256:
-        # few rows: a thinner, wider tile
-        default["BM"] //= 2
-        default["BN"] *= 2
+        # few rows: a thinner, wider tile (while the tile stays in the space)
+        thinner = dict(default, BM=default["BM"] // 2, BN=default["BN"] * 2)
+        if not ok(thinner):
+            break
+        default = thinner
     return ConfigSpace({"BM": (16, 32, 64, 128), "BN": (32, 64, 128, 256), "BK": (8, 16, 32),
                         "TM": (1, 2, 4, 8), "TN": (2, 4, 8), "VW": (1, 2, 4) if vector else (1,),
                         "DB": (False, True)}, default, constraint=ok)
