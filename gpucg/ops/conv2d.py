@@ -358,3 +358,10 @@ def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups
                 dilation=dilation, groups=groups, data_layout=data_layout,
                 kernel_layout=kernel_layout, out_dtype=out_dtype, activation=activation,
                 alpha=alpha, beta=beta, residual_position=residual_position)
+
+
+# -- gradient: data by a convolution with the flipped weights, weight by one over the batch ----
+from ..op import register_gradient  # noqa: E402
+from ._grads import conv2d_gradient  # noqa: E402
+
+register_gradient("conv2d", conv2d_gradient)

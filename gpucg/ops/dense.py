@@ -15,9 +15,10 @@ import sympy
 
 from ..eager import call
 from ..errors import DTypeError, InputError, require_bool
-from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
+from ..op import Case, Constraint, KernelInfo, OpPattern, register_gradient, register_op
 from ..shape import TensorType, broadcast_shapes, dtype_name, product, var
 from . import _epilogue
+from ._grads import dense_gradient, matmul_gradient
 
 DTYPES = ("float16", "float32", "float64")
 
@@ -275,3 +276,8 @@ def batch_matmul(a, b, transpose_a=False, transpose_b=False, *, target=None):
     transpose_a, a is (B, k, m); with transpose_b, b is (B, n, k)."""
     return call("batch_matmul", (a, b), target=target, transpose_a=transpose_a,
                 transpose_b=transpose_b)
+
+
+# -- gradients, written with registered operators (gpucg/ops/_grads.py) ---------------------------
+register_gradient("dense", dense_gradient)
+register_gradient("matmul", matmul_gradient)
