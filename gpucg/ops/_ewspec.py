@@ -143,8 +143,8 @@ def _evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
     elif op == "erf":
         y = erf(args[0])
     elif op == "gelu":
-        x = args[0].astype(np.float64)
-        y = 0.5 * x * (1 + (erf(x / math.sqrt(2)) if attrs["approximate"] == "none" else
+        x = args[0].astype(comp)
+        y = 0.5 * x * (1 + (erf(x * (1 / math.sqrt(2))) if attrs["approximate"] == "none" else
                             np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))))
     elif op == "relu":
         y = np.maximum(args[0], np.zeros((), args[0].dtype))
