@@ -211,6 +211,16 @@ def test_hypothesis_broadcast_chains(sa, sb, ops, dtypes, index):
     check(f(a, b), want)
 
 
+@pytest.mark.parametrize("sa,sb", [((7, 300), (300,)), ((5, 1, 260), (3, 1)), ((2, 3, 999), (3, 1)),
+                                   ((1000,), ())])
+def test_strided_rows(target, sa, sb):
+    """Long innermost rows: a work-group takes a piece of one row and decodes its offsets once
+    (the other inputs broadcast along or across it)."""
+    a, b = sample(sa, "float32"), sample(sb, "int16")
+    check(gpucg.ops.subtract(a, b, target=target), a - b)
+    check(gpucg.ops.flip(a, axes=(-1,), target=target), a[..., ::-1])
+
+
 LAYOUT = [  # (operator, input shape, attrs, NumPy)
     ("reshape", (3, 4, 5), {"shape": (5, -1)}, lambda x: x.reshape(5, -1)),
     ("transpose", (3, 4, 5), {"axes": (2, 0, 1)}, lambda x: x.transpose(2, 0, 1)),
