@@ -168,8 +168,8 @@ def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
     if b_k_major and on_cpu:
         default = {"WG": 64, "KS": 64, "NC": 8 if acc_bytes == 4 or m_rows < 16 else 4,
                    "VW": 4 if vector else 1}
-    elif b_k_major:
-        default = {"WG": 128, "KS": 128, "NC": 4 if acc_bytes == 4 or m_rows < 16 else 2,
+    elif b_k_major:  # 16 KiB of partial sums at most: fits any OpenCL GPU's local memory
+        default = {"WG": 128, "KS": 128, "NC": 2 if acc_bytes == 4 or m_rows < 16 else 1,
                    "VW": 4 if vector else 1}
     else:
         default = {"WG": 128, "KS": 8, "NC": 2, "VW": 1}
@@ -204,8 +204,8 @@ def _default_tile(on_cpu: bool, vector: bool, acc_bytes: int) -> dict:
     if on_cpu:  # PoCL, 1024^3 float32: vector loads 1.7x faster, double buffering no gain
         return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
                 "DB": False}
-    if acc_bytes == 8:
-        return {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VW": 2 if vector else 1,
+    if acc_bytes == 8:  # 16 KiB of local tiles, as float32's
+        return {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4, "VW": 2 if vector else 1,
                 "DB": True}
     return {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
             "DB": True}
