@@ -15,7 +15,8 @@ rng = np.random.default_rng(5)
 erf = np.vectorize(math.erf, otypes=[np.float64])
 ACTS = {None: lambda y: y, "relu": lambda y: np.maximum(y, 0),
         "gelu": lambda y: 0.5 * y * (1 + erf(y / np.sqrt(2))),
-        "gelu_tanh": lambda y: 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3))),
+        "gelu_tanh": lambda y: 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi)
+                                                      * (y + 0.044715 * y ** 3))),
         "sigmoid": lambda y: 1 / (1 + np.exp(-y)), "tanh": np.tanh}
 
 

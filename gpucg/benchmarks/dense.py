@@ -108,7 +108,8 @@ def _ours(op, arrays, attrs, want, plain, repeat, targets):
 
 def main(argv=()) -> int:
     p = parser("dense", "a quarter of every size")
-    p.add_argument("--cases", default="", help="comma-separated substrings: run matching cases only")
+    p.add_argument("--cases", default="",
+                   help="comma-separated substrings: run matching cases only")
     args = p.parse_args(list(argv))
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     gpu = backend_status("cuda")[0] and "cuda" in targets

@@ -199,7 +199,7 @@ def _utype(dtype: str, d) -> str:
 def helper(name: str, dtype: str, d) -> str:
     """The C source of a helper function a kernel needs (integer power)."""
     t, u = d.type(dtype), _utype(dtype, d)
-    neg = (f"    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
+    neg = ("    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
            if dtype in _SIGNED else "")
     return (f"{d.device_fn} {t} {name}({t} a, {t} b) {{\n{neg}"
             f"    {u} r = 1, x = ({u})a;\n"
@@ -281,7 +281,8 @@ def code(op: str, args: list, loop: tuple, out: str, attrs: dict, d, helpers: di
         half = literal(0.5, t, d)
         if attrs["approximate"] == "none":
             return f"({half} * {x} * ({one} + erf({x} * {literal(1 / math.sqrt(2), t, d)})))"
-        inner = f"{literal(math.sqrt(2 / math.pi), t, d)} * ({x} + {literal(0.044715, t, d)} * {x} * {x} * {x})"
+        cubic = f"{literal(0.044715, t, d)} * {x} * {x} * {x}"
+        inner = f"{literal(math.sqrt(2 / math.pi), t, d)} * ({x} + {cubic})"
         return f"({half} * {x} * ({one} + tanh({inner})))"
     if op == "relu":
         if t in _UNSIGNED:

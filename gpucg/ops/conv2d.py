@@ -19,7 +19,7 @@ from ..errors import AttrError, DTypeError, InputError, require_int
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, var
 from . import _epilogue
-from ._epilogue import ACTIVATIONS
+from ._epilogue import ACTIVATIONS  # noqa: F401 (conv2d_winograd's attributes check it)
 from ._window import choice, normalize_padding, out_size, pair, same_pads
 
 DTYPES = ("float16", "float32")
@@ -253,7 +253,8 @@ def host_view(data, weight, attrs, acc):
     return x, w, pads, oh, ow
 
 
-def reference_conv(data, weight, bias, attrs, out_dtype, acc=np.float64, residual=None) -> np.ndarray:
+def reference_conv(data, weight, bias, attrs, out_dtype, acc=np.float64,
+                   residual=None) -> np.ndarray:
     """conv2d by shift and accumulate: one channel contraction per kernel tap (in ``acc``).
 
     A different algorithm from the im2col of the NumPy target, so the two check each other.
@@ -280,7 +281,8 @@ def reference_conv(data, weight, bias, attrs, out_dtype, acc=np.float64, residua
 def _reference(data, weight, *rest):
     *extra, attrs = rest
     return reference_conv(data, weight, extra[0] if extra else None, attrs,
-                          attrs.out_dtype or data.dtype.name, residual=extra[1] if extra[1:] else None)
+                          attrs.out_dtype or data.dtype.name,
+                          residual=extra[1] if extra[1:] else None)
 
 
 def _static_axes(attrs):

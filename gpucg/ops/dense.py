@@ -101,8 +101,8 @@ def problem(op: str, a_shape, b_shape, attrs) -> Problem:
     if op == "dense":
         for name, s in (("data", a_shape), ("weight", b_shape)):
             if len(s) != 2:
-                raise InputError(f"dense: {name} must have rank 2 ({'(m, k)' if name == 'data' else '(n, k)'}), "
-                                 f"got shape {s}")
+                dims = "(m, k)" if name == "data" else "(n, k)"
+                raise InputError(f"dense: {name} must have rank 2 {dims}, got shape {s}")
         (m, ak), (n, bk) = a_shape, b_shape
         return Problem((), (), (), m, n, ak, ak, bk, True, True, (m, n))
     if op == "batch_matmul":
@@ -156,11 +156,14 @@ def _check(op: str, inputs, attrs):
     out = TensorType(p.out_shape, getattr(attrs, "out_dtype", None) or a.dtype)
     if len(inputs) >= 3:
         bias = inputs[2]
-        if bias.ndim != 1 or sympy.Eq(sympy.sympify(bias.shape[0]), sympy.sympify(p.n)) is sympy.false:
-            raise InputError(f"dense: bias must have shape ({p.n},) (the output columns), got {bias}")
+        same = None if bias.ndim != 1 else sympy.Eq(sympy.sympify(bias.shape[0]),
+                                                     sympy.sympify(p.n))
+        if same is None or same is sympy.false:
+            raise InputError(f"dense: bias must have shape ({p.n},) (the output columns), "
+                             f"got {bias}")
         if bias.dtype != a.dtype:
             raise DTypeError(f"dense: bias dtype {bias.dtype} must equal the data dtype {a.dtype}")
-        if sympy.Eq(sympy.sympify(bias.shape[0]), sympy.sympify(p.n)) is not sympy.true:
+        if same is not sympy.true:
             rules.append(Constraint(sympy.Eq(bias.shape[0], p.n),
                                     "dense: bias has {} values but the output has {} columns",
                                     (bias.shape[0], p.n)))
