@@ -107,7 +107,11 @@ def matmul_gradient(ctx):
 # -- scans and sum ----------------------------------------------------------------------------
 
 def _reverse_cumsum(ctx, g, axis: int, exclusive: bool):
-    """sum of g over i >= j (i > j when exclusive) along ``axis``."""
+    """sum of g over i >= j (i > j when exclusive) along ``axis``: the adjoint of a scan.
+    A scan that runs backwards (a ``reverse`` attribute, where the scan has one) has the
+    forward scan as its adjoint."""
+    if getattr(ctx.attrs, "reverse", False):
+        return ctx.call("cumsum", g, axis=axis, exclusive=exclusive)
     flipped = ctx.call("flip", g, axes=(axis,))
     return ctx.call("flip", ctx.call("cumsum", flipped, axis=axis, exclusive=exclusive),
                     axes=(axis,))
