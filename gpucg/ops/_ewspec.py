@@ -25,6 +25,19 @@ COMPARISONS = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<="
 BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum") \
     + tuple(COMPARISONS)
 ARITY = {**{op: 1 for op in UNARY}, **{op: 2 for op in BINARY}, "where": 3, "identity": 1}
+#: what each operator computes, for its documentation
+DOCS = {"exp": "e ** x", "log": "the natural logarithm", "sqrt": "the square root",
+        "rsqrt": "1 / sqrt(x)", "abs": "|x| (wrapping at the most negative integer)",
+        "negative": "-x", "sigmoid": "1 / (1 + exp(-x))", "tanh": "the hyperbolic tangent",
+        "erf": "the error function", "gelu": "x * Phi(x), exact (erf) or its tanh approximation",
+        "relu": "max(x, 0), NaN kept", "leaky_relu": "x if x > 0 else alpha * x",
+        "clip": "x limited to [a_min, a_max] (bounds in x's dtype), NaN kept",
+        "add": "a + b", "subtract": "a - b", "multiply": "a * b", "divide": "a / b (true division)",
+        "power": "a ** b (integers wrap; a negative integer exponent truncates toward zero)",
+        "maximum": "the larger, NaN if either is", "minimum": "the smaller, NaN if either is",
+        "equal": "a == b", "not_equal": "a != b", "less": "a < b", "less_equal": "a <= b",
+        "greater": "a > b", "greater_equal": "a >= b",
+        "where": "a where condition is nonzero, else b"}
 #: attributes (name -> default) of the operators that have some
 ATTRS = {"leaky_relu": {"alpha": 0.01}, "clip": {"a_min": None, "a_max": None},
          "gelu": {"approximate": "none"}}

@@ -96,7 +96,8 @@ for _op, _arity in spec.ARITY.items():
                 reference=_reference(_op), kernel_info=_HALF,
                 input_names=(("x",) if _arity == 1 else ("a", "b") if _arity == 2
                              else ("condition", "a", "b")),
-                cases=_cases(_arity), doc=f"{_op} elementwise, NumPy's broadcasting and types.")
+                cases=_cases(_arity), doc=f"{spec.DOCS[_op]}, elementwise (NumPy's broadcasting "
+                                          "and types).")
 
 register_op("fused", attrs=FusedAttrs, num_inputs=MAX_INPUTS, optional_inputs=MAX_INPUTS - 1,
             type_rel=_type_rel("fused"), pattern=OpPattern.BROADCAST,
@@ -161,7 +162,9 @@ for _op, (_cls, _ref) in _LAYOUT.items():
                 constraints=_layout_rules(_op), pattern=OpPattern.INJECTIVE, reference=_ref,
                 input_names=("x",), kernel_info=_HALF,
                 static_axes=(lambda attrs: (set(range(64)),)) if _shaped else None,
-                cases=(lambda op: lambda: _layout_cases(op))(_op), doc=f"{_op}, as NumPy's.")
+                cases=(lambda op: lambda: _layout_cases(op))(_op), doc=f"{_op}, as NumPy's.",
+                example=(lambda op: lambda: (_layout_cases(op)[1].inputs,
+                                             _layout_cases(op)[1].attrs))(_op))
 
 
 def _layout_cases(op: str):
@@ -201,8 +204,8 @@ def _eager(op: str):
     operands = ", ".join(("x",) if arity == 1 else ("a", "b") if arity == 2
                          else ("condition", "a", "b"))
     extra = "".join(f", {k}={v!r}" for k, v in spec.ATTRS.get(op, {}).items())
-    fn.__doc__ = (f"{op}({operands}{extra}, *, target=None): elementwise, with NumPy's "
-                  f"broadcasting and type promotion.\n\n"
+    fn.__doc__ = (f"{op}({operands}{extra}, *, target=None): {spec.DOCS[op]}, elementwise, "
+                  f"with NumPy's broadcasting and type promotion.\n\n"
                   f"Operands are arrays, Python numbers, or expressions (then the result is an "
                   f"expression for gpucg.ops.fused). Attributes: {', '.join(names) or 'none'}.")
     return fn
