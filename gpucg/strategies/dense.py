@@ -186,7 +186,7 @@ def gpu_strategy(op: str):
         vector = not common["half"]
         info = GemmInfo(op, merge_batch(p), SPLITK_GROUPS["cpu" if target.on_cpu else "gpu"])
         m, n, k, nb = (sympy.sympify(v) for v in (p.m, p.n, p.k, p.nb))
-        mr = int(m) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
+        mr = max(int(m), 1) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
         s = Strategy(target)
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes,
