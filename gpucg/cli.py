@@ -1,4 +1,4 @@
-"""The ``gpucg`` command: targets, ops, dump, explain, run, demo, bench."""
+"""The ``gpucg`` command: targets, ops, dump, explain, run, demo, bench, tune, records."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def cmd_ops(args) -> int:
             except Exception as exc:  # a user-registered strategy may fail; keep listing
                 print(f"  {target}: {type(exc).__name__}: {exc}")
                 continue
-            for impl in strategy.implementations:
+            for impl in strategy.offered():
                 cond = impl.describe_condition()
                 print(f"  {target:<18} {impl.name:<22} plevel {impl.plevel:>3}  if {cond}"
                       f"  (for {shown})")
@@ -272,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("op", choices=sorted(BENCHMARKS))
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_bench)
+    from .autotune.cli import add_verbs  # tune, records
+
+    add_verbs(sub, op_args, parse_input, parse_attr)
     return p
 
 

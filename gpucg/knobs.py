@@ -61,6 +61,9 @@ KNOBS: dict[str, Knob] = {
         Knob("GPUCG_OPENCL_DEVICE", str, lambda: None,
              "Substring of the OpenCL platform or device name to use (default: first GPU, "
              "else first device that compiles a test kernel)."),
+        Knob("GPUCG_RECORDS", str, lambda: "",
+             "Tuning records file that `gpucg.compile`, eager `gpucg.ops.*` calls, `explain` and "
+             "`gpucg tune` use (default `records.jsonl` in the cache directory); `off` disables."),
         Knob("GPUCG_REQUIRE", str, lambda: "",
              "Comma-separated backends (`opencl`, `cuda`, `nvrtc`) whose absence makes the "
              "test suite fail instead of skip; `make test` sets `opencl,nvrtc`."),
@@ -87,6 +90,14 @@ def disk_cache() -> bool:
 
 def opencl_device() -> str | None:
     return get("GPUCG_OPENCL_DEVICE")
+
+
+def records_path() -> Path | None:
+    """The tuning records file, or None when GPUCG_RECORDS is "off"."""
+    raw = get("GPUCG_RECORDS").strip()
+    if raw.lower() in ("off", "0", "no", "false", "none"):
+        return None
+    return Path(raw).expanduser() if raw else cache_dir() / "records.jsonl"
 
 
 def required_backends() -> set[str]:

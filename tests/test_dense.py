@@ -1,6 +1,6 @@
 """dense, matmul and batch_matmul against NumPy in float64 on every backend here, every
 implementation forced (gemv, split-K, tiled), the tile's knobs (vector loads, double
-buffering) forced through tuning records, the fused epilogue, bad input, the run-time dispatch
+buffering) forced with config=, the fused epilogue, bad input, the run-time dispatch
 on m, and NVRTC for every CUDA variant."""
 
 import itertools
@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpucg
-from gpucg.autotune.records import Record, RecordList, workload_key
 
 erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -141,12 +140,9 @@ def test_batch_matmul(target, ta, tb, batches):
 
 
 def _forced(op, arrays_, impl, config, **attrs):
-    """Run ``impl`` on OpenCL with ``config`` (a tuning record makes selection pick it)."""
+    """Run ``impl`` on OpenCL with ``config`` instead of its default."""
     types = [gpucg.tensor(x.shape, x.dtype.name) for x in arrays_]
-    sel = gpucg.explain(op, *types, target="opencl", **attrs)
-    key = workload_key(op, sel.attrs, types)
-    f = gpucg.compile(op, *types, target="opencl", records=RecordList(
-        [Record(key, "opencl", f"{impl}.opencl", dict(config), 1.0)]), **attrs)
+    f = gpucg.compile(op, *types, target="opencl", impl=impl, config=config, **attrs)
     assert f.selection.choices[0].config == config
     return f(*arrays_)
 

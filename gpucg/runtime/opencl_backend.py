@@ -105,7 +105,9 @@ class OpenCLBackend(Backend):
                     failures.append(f"{device.name.strip()} ({platform.version.strip()}): {detail.strip()}")
                     continue
                 self.context, self.device, self.platform = ctx, device, platform
-                self.queue = cl.CommandQueue(ctx)
+                # profiling: the tuner times kernels with OpenCL events
+                self.queue = cl.CommandQueue(
+                    ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
                 self.device_type = "gpu" if device.type & cl.device_type.GPU else "cpu"
                 self._ready = True
                 if failures:

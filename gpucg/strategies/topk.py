@@ -30,7 +30,7 @@ from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.topk import kept, stable_order, view
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
-from ..strategy import Strategy
+from ..strategy import Strategy, only
 
 GROUP_K_MAX = 128
 RADIX_N_MIN = 8192
@@ -371,11 +371,7 @@ def _host_run(ctx):
 TOPK_PARTITION = host_impl("topk_partition", _host_run)
 
 
-def host_strategy(attrs, inputs, outputs, target):
-    """argpartition, then a sort of the k kept (see :func:`numpy_select`)."""
-    s = Strategy(target)
-    s.add(TOPK_PARTITION, 10)
-    return s
+host_strategy = only(TOPK_PARTITION)
 
 
 STRATEGIES = {op: {"gpu": gpu_strategy, "cpu": host_strategy} for op in ("topk", "sort", "argsort")}
