@@ -28,7 +28,7 @@ from ..ops.conv2d_winograd import transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
-from .gemm_tile import gemm_space, work_group
+from .gemm_tile import PLAIN, gemm_space, work_group
 
 WINOGRAD_NEEDS = "needs a 3x3 kernel, stride 1, dilation 1, groups 1"
 WINOGRAD_4X4_MIN_OUT = 14
@@ -207,6 +207,7 @@ def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inpu
     """Template parameters every conv2d kernel of a call shares (``inputs``: how many the call
     has: the bias is the third, the residual the fourth)."""
     return dict(half=data_dtype == "float16", out_half=out_dtype == "float16", acc_t="float",
+                **PLAIN,
                 **_epilogue.template_params(attrs, inputs >= 3, inputs >= 4),
                 nchw=attrs.data_layout == "NCHW",
                 oihw=attrs.kernel_layout == "OIHW",
@@ -238,7 +239,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     if winograd_applies(attrs, geo):
         big_out = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_4X4_MIN_OUT,
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)
-        space = gemm_space(geo.o, on_cpu)
+        space = gemm_space(geo.o, on_cpu, loads=False)
         s.add(WINOGRAD[4, True], 15, condition=big_out, space=space, info=info,
               params=winograd_params(common, 4, on_cpu))
         s.add(WINOGRAD[2, True], 14, space=space, info=info,
@@ -253,7 +254,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
                                  "VW": 4 if attrs.data_layout == "NCHW" else 1}))
     else:
         s.exclude(DEPTHWISE, 13, "needs groups == input channels > 1")
-    s.add(DIRECT, 10, info=info, space=gemm_space(geo.og, on_cpu),
+    s.add(DIRECT, 10, info=info, space=gemm_space(geo.og, on_cpu, loads=False),
           params=dict(common, a_k_major=common["nchw"] and common["oihw"],
                       b_k_major=not common["nchw"]))
     return s

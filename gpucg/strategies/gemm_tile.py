@@ -16,23 +16,29 @@ def work_group(config) -> int:
 
 def local_bytes(config, acc_bytes: int = 4) -> int:
     """Local memory of the tiles: one or two (double buffering) BK x (BM + BN) tiles."""
-    return (2 if config["DB"] else 1) * config["BK"] * (config["BM"] + config["BN"]) * acc_bytes
+    return (2 if config.get("DB") else 1) * config["BK"] * (config["BM"] + config["BN"]) \
+        * acc_bytes
+
+#: the tile's template parameters for a space without the VW and DB knobs (conv2d's)
+PLAIN = {"VW": 1, "DB": False}
 
 
 def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
-               default: dict | None = None) -> ConfigSpace:
+               default: dict | None = None, loads: bool = True) -> ConfigSpace:
     """Tiles of the GEMM: BM x BN outputs a work-group, TM x TN a work-item, BK of K a step,
-    VW consecutive elements a load (vector loads where the kernel has them: ``vector``), DB
-    double buffering of the local tiles; ``acc_bytes``: the size of the sums (float or double).
+    and with ``loads`` VW consecutive elements a load (vector loads where the kernel has them:
+    ``vector``) and DB double buffering of the local tiles; ``acc_bytes``: the size of the
+    sums (float or double). Without ``loads`` the kernel passes :data:`PLAIN` as parameters
+    (conv2d: its recorded tuning data name the five tile knobs only).
 
     The default is wider than tall when the product has few rows (``m_rows``, an int or None
     when unknown); ``default`` overrides it.
     """
     def ok(c):
-        wg = work_group(c)
+        wg, vw = work_group(c), c.get("VW", 1)
         return (c["TM"] <= c["BM"] and c["TN"] <= c["BN"] and 16 <= wg <= 256
-                and (c["BM"] * c["BK"]) % (wg * c["VW"]) == 0
-                and (c["BN"] * c["BK"]) % (wg * c["VW"]) == 0
+                and (c["BM"] * c["BK"]) % (wg * vw) == 0
+                and (c["BN"] * c["BK"]) % (wg * vw) == 0
                 and local_bytes(c, acc_bytes) <= LOCAL_BYTES)
     if default is not None:
         default = dict(default)
@@ -47,6 +53,10 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
         if not ok(thinner):
             break
         default = thinner
-    return ConfigSpace({"BM": (16, 32, 64, 128), "BN": (32, 64, 128, 256), "BK": (8, 16, 32),
-                        "TM": (1, 2, 4, 8), "TN": (2, 4, 8), "VW": (1, 2, 4) if vector else (1,),
-                        "DB": (False, True)}, default, constraint=ok)
+    knobs = {"BM": (16, 32, 64, 128), "BN": (32, 64, 128, 256), "BK": (8, 16, 32),
+             "TM": (1, 2, 4, 8), "TN": (2, 4, 8)}
+    if loads:
+        knobs.update(VW=(1, 2, 4) if vector else (1,), DB=(False, True))
+    else:
+        default = {k: v for k, v in default.items() if k in knobs}
+    return ConfigSpace(knobs, default, constraint=ok)
