@@ -155,5 +155,5 @@ def test_explain_conv2d_shows_the_winograd_guard(capsys):
 def test_ops_lists_conv2d_with_its_example(capsys):
     code, out, _ = run(capsys, "ops")
     assert code == 0, out
-    assert "conv2d (opaque, inputs: data, weight, bias)" in out
+    assert "conv2d (opaque, inputs: data, weight, bias, residual)" in out
     assert "winograd_4x4.cuda" in out and "(h >= 14) & (w >= 14)" in out

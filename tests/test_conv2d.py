@@ -324,8 +324,8 @@ BAD = [  # (data, weight, bias, attrs, error, message)
     ((1, 3, 8, 8), (2, 3, 3, 3), None, dict(kernel_layout="IOHW"), gpucg.AttrError,
      "kernel_layout='IOHW'.*allowed: 'OIHW', 'HWIO'"),
     ((1, 3, 8, 8), (2, 3, 3, 3), (3,), {}, gpucg.InputError, r"bias must have shape \(2,\)"),
-    ((1, 3, 8, 8), (2, 3, 3, 3), None, dict(activation="gelu"), gpucg.AttrError,
-     "activation='gelu'.*allowed: None, 'relu'"),
+    ((1, 3, 8, 8), (2, 3, 3, 3), None, dict(activation="swish"), gpucg.AttrError,
+     "activation='swish'.*allowed: None, 'relu', 'gelu', 'gelu_tanh', 'sigmoid', 'tanh'"),
     ((1, 3, 8, 8), (2, 3, 3, 3), None, dict(out_dtype="int32"), gpucg.DTypeError,
      "out_dtype='int32' is not supported; allowed: float16, float32"),
     ((3, 8, 8), (2, 3, 3, 3), None, {}, gpucg.InputError, "data must have rank 4"),
@@ -362,7 +362,7 @@ def test_bad_dtypes_and_arrays(target):
                                                            target=target)
     with pytest.raises(gpucg.InputError, match="must be 3x3"):
         winograd_weight_transform(np.ones((2, 3, 5, 5), np.float32))
-    with pytest.raises(gpucg.AttrError, match="takes 2 to 3 input"):
+    with pytest.raises(gpucg.AttrError, match="takes 2 to 4 input"):
         gpucg.get_op("conv2d").check_count(1)
 
 

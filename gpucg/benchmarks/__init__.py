@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 
 #: benchmark name -> module under gpucg.benchmarks with a ``main(argv) -> int``
-BENCHMARKS = {"conv2d": "conv2d", "scan": "scan", "topk": "topk", "tune": "tune"}
+BENCHMARKS = {"conv2d": "conv2d", "dense": "dense", "scan": "scan", "topk": "topk",
+              "tune": "tune"}
 
 
 def run_benchmark(op: str, argv) -> int:

@@ -7,10 +7,20 @@ functions); gpucg.builtin loads them with their strategies when gpucg is importe
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
-from .elementwise import add, relu
+from .dense import batch_matmul, dense, matmul
+from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, equal, erf, exp, flip,  # noqa: A004
+                          fused, gelu, greater, greater_equal, leaky_relu, less, less_equal, log,
+                          maximum, minimum, multiply, neg, negative, not_equal, pad,
+                          placeholders, power, relu, reshape, rsqrt, sigmoid, sqrt, subtract,
+                          sum_to, tanh, transpose, where)
 from .reduce import sum  # noqa: A004
 from .scan import cumprod, cumsum
 from .topk import argsort, sort, topk
 
-__all__ = ["add", "argsort", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
+__all__ = ["Fused", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "clip", "dense",
+           "divide", "equal", "erf", "exp", "flip", "fused", "gelu", "greater", "greater_equal",
+           "leaky_relu", "less", "less_equal", "log", "matmul", "maximum", "minimum",
+           "multiply", "neg", "negative", "not_equal", "pad", "placeholders", "power",
+           "reshape", "rsqrt", "sigmoid", "sqrt", "subtract", "sum_to", "tanh", "transpose",
+           "where", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
            "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform"]

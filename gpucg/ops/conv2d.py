@@ -1,8 +1,9 @@
 """2-D convolution (conv2d): attributes, geometry, type relation, reference, eager function.
 
 Layouts: data NCHW or NHWC, weights OIHW or HWIO (any pairing); groups split the channels;
-``padding`` is an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" or "VALID". The bias
-(shape (O,)) and the activation are applied in the kernel that computes the convolution.
+``padding`` is an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" or "VALID". The
+epilogue (alpha, the bias of shape (O,), the activation, a residual of the output's shape scaled
+by beta; gpucg/ops/_epilogue.py) is applied in the kernel that computes the convolution.
 float16 data is stored as float16 and accumulated in float32.
 """
 
@@ -17,12 +18,13 @@ from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, require_int
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, var
+from . import _epilogue
+from ._epilogue import ACTIVATIONS  # noqa: F401 (conv2d_winograd's attributes check it)
 from ._window import choice, normalize_padding, out_size, pair, same_pads
 
 DTYPES = ("float16", "float32")
 DATA_LAYOUTS = ("NCHW", "NHWC")
 KERNEL_LAYOUTS = ("OIHW", "HWIO")
-ACTIVATIONS = (None, "relu")
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,9 @@ class Conv2dAttrs:
         groups: channel groups; must divide the input and output channels.
         data_layout: "NCHW" or "NHWC"; kernel_layout: "OIHW" or "HWIO".
         out_dtype: the output dtype (None: the data's).
-        activation: None or "relu", applied after the bias.
+        activation: None, "relu", "gelu", "gelu_tanh", "sigmoid" or "tanh", applied after alpha
+            and the bias; alpha, beta: scales of the convolution and of the residual;
+            residual_position: the residual is added "after" the activation or "before" it.
     """
 
     strides: tuple = (1, 1)
@@ -46,6 +50,9 @@ class Conv2dAttrs:
     kernel_layout: str = "OIHW"
     out_dtype: str | None = None
     activation: str | None = None
+    alpha: float = 1.0
+    beta: float = 1.0
+    residual_position: str = "after"
 
     def __post_init__(self):
         object.__setattr__(self, "strides", pair("strides", self.strides, 1))
@@ -57,7 +64,7 @@ class Conv2dAttrs:
         object.__setattr__(self, "groups", groups)
         choice("data_layout", self.data_layout, DATA_LAYOUTS)
         choice("kernel_layout", self.kernel_layout, KERNEL_LAYOUTS)
-        choice("activation", self.activation, ACTIVATIONS)
+        _epilogue.check_epilogue(self)
         if self.out_dtype is not None:
             object.__setattr__(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype", DTYPES))
 
@@ -151,7 +158,7 @@ def check_data(op: str, data: TensorType, layout: str, weight: TensorType) -> in
 
 def check_bias(op: str, inputs, o: int) -> None:
     """The optional bias: shape (O,) and the data's dtype."""
-    if len(inputs) == 3:
+    if len(inputs) >= 3:
         data, bias = inputs[0], inputs[2]
         if bias.shape != (o,):
             raise InputError(f"{op}: bias must have shape ({o},) (the output channels), "
@@ -179,7 +186,10 @@ def _type_rel(inputs, attrs):
         raise InputError(f"conv2d: the kernel size {kh}x{kw} must be at least 1x1")
     check_bias("conv2d", inputs, o)
     geo = conv_geometry(inputs, attrs)
-    return TensorType(out_shape(geo, attrs.data_layout), attrs.out_dtype or data.dtype)
+    out = TensorType(out_shape(geo, attrs.data_layout), attrs.out_dtype or data.dtype)
+    if len(inputs) == 4:
+        _epilogue.residual_rules("conv2d", inputs[3], out)
+    return out
 
 
 def size_constraints(geo: Geometry, attrs) -> list:
@@ -202,7 +212,10 @@ def size_constraints(geo: Geometry, attrs) -> list:
 
 
 def _constraints(inputs, attrs):
-    return size_constraints(conv_geometry(inputs, attrs), attrs)
+    rules = size_constraints(conv_geometry(inputs, attrs), attrs)
+    if len(inputs) == 4:
+        rules += _epilogue.residual_rules("conv2d", inputs[3], _type_rel(inputs, attrs))
+    return rules
 
 
 # -- references -------------------------------------------------------------------------------
@@ -219,13 +232,12 @@ def to_oihw(w: np.ndarray, layout: str) -> np.ndarray:
     return w if layout == "OIHW" else w.transpose(3, 2, 0, 1)
 
 
-def epilogue(y: np.ndarray, bias, activation, out_dtype) -> np.ndarray:
-    """Bias over the channel axis (1, NCHW), the activation, the output dtype."""
-    if bias is not None:
-        y = y + bias.astype(y.dtype).reshape(1, -1, 1, 1)
-    if activation == "relu":
-        y = np.maximum(y, 0)
-    return y.astype(out_dtype, copy=False)
+def epilogue(y: np.ndarray, bias, activation, out_dtype, residual=None, attrs=None) -> np.ndarray:
+    """The shared epilogue (gpucg/ops/_epilogue.py) on an NCHW result: the bias over the channel
+    axis, the activation, the residual (NCHW) per ``attrs``; then the output dtype."""
+    attrs = attrs or Conv2dAttrs(activation=activation)
+    b = None if bias is None else bias.reshape(1, -1, 1, 1)
+    return _epilogue.apply(y, b, residual, attrs).astype(out_dtype, copy=False)
 
 
 def host_view(data, weight, attrs, acc):
@@ -241,7 +253,8 @@ def host_view(data, weight, attrs, acc):
     return x, w, pads, oh, ow
 
 
-def reference_conv(data, weight, bias, attrs, out_dtype, acc=np.float64) -> np.ndarray:
+def reference_conv(data, weight, bias, attrs, out_dtype, acc=np.float64,
+                   residual=None) -> np.ndarray:
     """conv2d by shift and accumulate: one channel contraction per kernel tap (in ``acc``).
 
     A different algorithm from the im2col of the NumPy target, so the two check each other.
@@ -261,18 +274,21 @@ def reference_conv(data, weight, bias, attrs, out_dtype, acc=np.float64) -> np.n
                        s * dw: s * dw + (ow - 1) * sw + 1: sw]  # (n, g, i, oh, ow)
             y += np.einsum("ngihw,goi->ngohw", patch, wg[:, :, :, r, s])
     y = y.reshape(n, o, oh, ow)
-    return from_nchw(epilogue(y, bias, attrs.activation, out_dtype), attrs.data_layout)
+    res = None if residual is None else to_nchw(residual, attrs.data_layout)
+    return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs), attrs.data_layout)
 
 
 def _reference(data, weight, *rest):
-    *bias, attrs = rest
-    return reference_conv(data, weight, bias[0] if bias else None, attrs,
-                          attrs.out_dtype or data.dtype.name)
+    *extra, attrs = rest
+    return reference_conv(data, weight, extra[0] if extra else None, attrs,
+                          attrs.out_dtype or data.dtype.name,
+                          residual=extra[1] if extra[1:] else None)
 
 
 def _static_axes(attrs):
     """Eager calls keep the channels and the whole weight and bias constant."""
-    return ({1 if attrs.data_layout == "NCHW" else 3}, {0, 1, 2, 3}, {0})
+    channels = {1 if attrs.data_layout == "NCHW" else 3}
+    return (channels, {0, 1, 2, 3}, {0}, channels)
 
 
 #: the conv2d benchmark's layers: (label, N, C, H, W, O, K, stride, padding, groups)
@@ -308,11 +324,12 @@ def _cases():
     return bench + small
 
 
-register_op("conv2d", attrs=Conv2dAttrs, num_inputs=3, optional_inputs=1,
+register_op("conv2d", attrs=Conv2dAttrs, num_inputs=4, optional_inputs=2,
             type_rel=_type_rel, pattern=OpPattern.OPAQUE, reference=_reference,
-            input_names=("data", "weight", "bias"), constraints=_constraints,
+            input_names=("data", "weight", "bias", "residual"), constraints=_constraints,
             static_axes=_static_axes, cases=_cases,
-            doc="2-D convolution with groups, dilation, fused bias and relu.",
+            doc="2-D convolution with groups, dilation, and a fused epilogue (bias, activation, "
+                "residual).",
             kernel_info=KernelInfo(storage_dtypes=("float16",)),
             example=lambda: ((TensorType((var("n"), 64, var("h"), var("w")), "float32"),
                               TensorType((64, 64, 3, 3), "float32")), {"padding": 1}))
@@ -320,7 +337,7 @@ register_op("conv2d", attrs=Conv2dAttrs, num_inputs=3, optional_inputs=1,
 
 def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
            data_layout="NCHW", kernel_layout="OIHW", out_dtype=None, bias=None, activation=None,
-           *, target=None):
+           residual=None, alpha=1.0, beta=1.0, residual_position="after", *, target=None):
     """2-D convolution (cross-correlation, as in deep learning frameworks).
 
     Args:
@@ -330,10 +347,23 @@ def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups
         padding: an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" or "VALID".
         groups: channel groups (groups == C: depthwise).
         out_dtype: the output dtype (default: the data's); float16 accumulates in float32.
-        bias: None or shape (O,), added in the same kernel; activation: None or "relu".
+        bias: None or shape (O,), added in the same kernel; activation: None, "relu", "gelu",
+            "gelu_tanh", "sigmoid" or "tanh".
+        residual: None or an array of the output's shape and dtype, times beta, added after
+            the activation (residual_position "after") or before it ("before"); alpha scales
+            the convolution.
         target: "cuda", "opencl", "numpy" or None for the default target.
     """
-    arrays = (data, weight) if bias is None else (data, weight, bias)
+    o = weight_dims(weight.shape, kernel_layout)[0] if kernel_layout in KERNEL_LAYOUTS else 0
+    arrays = _epilogue.with_residual((data, weight), bias, residual, o, data.dtype)
     return call("conv2d", arrays, target=target, strides=strides, padding=padding,
                 dilation=dilation, groups=groups, data_layout=data_layout,
-                kernel_layout=kernel_layout, out_dtype=out_dtype, activation=activation)
+                kernel_layout=kernel_layout, out_dtype=out_dtype, activation=activation,
+                alpha=alpha, beta=beta, residual_position=residual_position)
+
+
+# -- gradient: data by a convolution with the flipped weights, weight by one over the batch ----
+from ..op import register_gradient  # noqa: E402
+from ._grads import conv2d_gradient  # noqa: E402
+
+register_gradient("conv2d", conv2d_gradient)

@@ -47,3 +47,10 @@ register_op("sum", attrs=ReduceAttrs, num_inputs=1, type_rel=_sum_rel, pattern=O
 def sum(x, axis=-1, *, target=None):  # noqa: A001
     """Sum over one axis (bool/int32 accumulate in int64, as NumPy)."""
     return call("sum", (x,), target=target, axis=axis)
+
+
+# -- gradient of sum: the output gradient broadcast back (gpucg/ops/_grads.py) ------------------
+from ..op import register_gradient  # noqa: E402
+from ._grads import sum_gradient  # noqa: E402
+
+register_gradient("sum", sum_gradient)

@@ -128,3 +128,11 @@ def cumsum(data, axis=None, dtype=None, exclusive=False, *, target=None):
 def cumprod(data, axis=None, dtype=None, exclusive=False, *, target=None):
     """Cumulative product along ``axis``, as ``np.cumprod``; see :func:`cumsum`."""
     return call("cumprod", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive)
+
+
+# -- gradients: reverse cumulative sums, written with registered operators (gpucg/ops/_grads.py)
+from ..op import register_gradient  # noqa: E402
+from ._grads import cumprod_gradient, cumsum_gradient  # noqa: E402
+
+register_gradient("cumsum", cumsum_gradient)
+register_gradient("cumprod", cumprod_gradient)

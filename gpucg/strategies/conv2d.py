@@ -21,13 +21,14 @@ import sympy
 
 from ..autotune.space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
+from ..ops import _epilogue
 from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, data_dims, epilogue, from_nchw,
-                          host_view, pads_for)
+                          host_view, pads_for, to_nchw)
 from ..ops.conv2d_winograd import transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
-from .gemm_tile import gemm_space, work_group
+from .gemm_tile import PLAIN, gemm_space, work_group
 
 WINOGRAD_NEEDS = "needs a 3x3 kernel, stride 1, dilation 1, groups 1"
 WINOGRAD_4X4_MIN_OUT = 14
@@ -40,7 +41,7 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if np.dtype(dtype).itemsize <= 4 else np.dtype(dtype)
 
 
-def numpy_conv2d(data, weight, bias, attrs, out_dtype) -> np.ndarray:
+def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndarray:
     """conv2d on the host: im2col by a strided window view, then one matmul per group
     (depthwise: a multiply-add per kernel tap)."""
     acc = acc_dtype(data.dtype)
@@ -49,6 +50,7 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype) -> np.ndarray:
     o, i, kh, kw = w.shape
     g = attrs.groups
     (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
+    res = None if residual is None else to_nchw(residual, attrs.data_layout)
     xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
     xp[:, :, pt:pt + h, pl:pl + wd] = x
     if i == 1 and g > 1:
@@ -61,8 +63,8 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype) -> np.ndarray:
                 tap = xp[:, :, r * dh: r * dh + (oh - 1) * sh + 1: sh,
                          q * dw: q * dw + (ow - 1) * sw + 1: sw]
                 y += tap[:, :, None] * wd_[None, :, :, r, q, None, None]
-        return from_nchw(epilogue(y.reshape(n, o, oh, ow), bias, attrs.activation, out_dtype),
-                         attrs.data_layout)
+        return from_nchw(epilogue(y.reshape(n, o, oh, ow), bias, attrs.activation, out_dtype,
+                                  res, attrs), attrs.data_layout)
     win = np.lib.stride_tricks.sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1),
                                                    axis=(2, 3))
     win = win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]  # (n, c, oh, ow, kh, kw)
@@ -73,13 +75,13 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype) -> np.ndarray:
     wm = w.reshape(g, o // g, i * kh * kw)
     y = np.matmul(wm, cols)  # (g, o/g, n*oh*ow)
     y = y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3)
-    return from_nchw(epilogue(y, bias, attrs.activation, out_dtype), attrs.data_layout)
+    return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs), attrs.data_layout)
 
 
 def _im2col_run(ctx):
-    data, weight, *bias = ctx.inputs
-    return numpy_conv2d(data, weight, bias[0] if bias else None, ctx.attrs,
-                        ctx.attrs.out_dtype or data.dtype)
+    data, weight, *extra = ctx.inputs
+    return numpy_conv2d(data, weight, extra[0] if extra else None, ctx.attrs,
+                        ctx.attrs.out_dtype or data.dtype, extra[1] if extra[1:] else None)
 
 
 CONV2D_IM2COL = host_impl("conv2d_im2col", _im2col_run)
@@ -105,7 +107,7 @@ class ConvCall:
     def __init__(self, ctx):
         geo, attrs = ctx.info.geo, ctx.info.attrs
         self.data, self.weight = ctx.inputs[:2]
-        self.bias = ctx.inputs[2:]
+        self.bias = ctx.inputs[2:]  # the bias and the residual the call has, in kernel order
         self.y = ctx.outputs[0]
         n, c, h, w = (int(v) for v in data_dims(self.data.shape, attrs.data_layout))
         _, _, oh, ow = (int(v) for v in data_dims(self.y.shape, attrs.data_layout))
@@ -201,14 +203,17 @@ DEPTHWISE = kernel_impl("depthwise", _depthwise_run, depthwise=Kernel(
     "conv2d/depthwise.j2", doc="VW neighbouring outputs of one channel's row per work-item"))
 
 
-def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, has_bias: bool) -> dict:
-    """Template parameters every conv2d kernel of a call shares."""
-    return dict(half=data_dtype == "float16", out_half=out_dtype == "float16",
+def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inputs: int) -> dict:
+    """Template parameters every conv2d kernel of a call shares (``inputs``: how many the call
+    has: the bias is the third, the residual the fourth)."""
+    return dict(half=data_dtype == "float16", out_half=out_dtype == "float16", acc_t="float",
+                **PLAIN,
+                **_epilogue.template_params(attrs, inputs >= 3, inputs >= 4),
                 nchw=attrs.data_layout == "NCHW",
                 oihw=attrs.kernel_layout == "OIHW",
                 C=geo.c, O=geo.o, Cg=geo.cg, Og=geo.og, KH=geo.kh, KW=geo.kw,
                 SH=attrs.strides[0], SW=attrs.strides[1], DH=attrs.dilation[0],
-                DW=attrs.dilation[1], has_bias=has_bias, relu=attrs.activation == "relu")
+                DW=attrs.dilation[1])
 
 
 def winograd_params(common: dict, m: int, on_cpu: bool) -> dict:
@@ -227,14 +232,14 @@ def winograd_applies(attrs: Conv2dAttrs, geo) -> bool:
 
 def gpu_strategy(attrs, inputs, outputs, target):
     geo = conv_geometry(inputs, attrs)
-    common = common_params(attrs, geo, inputs[0].dtype, outputs[0].dtype, len(inputs) == 3)
+    common = common_params(attrs, geo, inputs[0].dtype, outputs[0].dtype, len(inputs))
     info = ConvInfo(geo, attrs)
     on_cpu = target.on_cpu
     s = Strategy(target)
     if winograd_applies(attrs, geo):
         big_out = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_4X4_MIN_OUT,
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)
-        space = gemm_space(geo.o, on_cpu)
+        space = gemm_space(geo.o, on_cpu, loads=False)
         s.add(WINOGRAD[4, True], 15, condition=big_out, space=space, info=info,
               params=winograd_params(common, 4, on_cpu))
         s.add(WINOGRAD[2, True], 14, space=space, info=info,
@@ -249,7 +254,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
                                  "VW": 4 if attrs.data_layout == "NCHW" else 1}))
     else:
         s.exclude(DEPTHWISE, 13, "needs groups == input channels > 1")
-    s.add(DIRECT, 10, info=info, space=gemm_space(geo.og, on_cpu),
+    s.add(DIRECT, 10, info=info, space=gemm_space(geo.og, on_cpu, loads=False),
           params=dict(common, a_k_major=common["nchw"] and common["oihw"],
                       b_k_major=not common["nchw"]))
     return s

@@ -52,10 +52,10 @@ host_strategy = only(WINOGRAD_HOST)
 def gpu_strategy(attrs, inputs, outputs, target):
     geo = winograd_geometry(inputs, attrs)
     conv = attrs.conv_attrs()
-    common = common_params(conv, geo, inputs[0].dtype, outputs[0].dtype, len(inputs) == 3)
+    common = common_params(conv, geo, inputs[0].dtype, outputs[0].dtype, len(inputs))
     s = Strategy(target)
     s.add(WINOGRAD[attrs.tile_size, False], 15, info=ConvInfo(geo, conv),
-          space=gemm_space(geo.o, target.on_cpu),
+          space=gemm_space(geo.o, target.on_cpu, loads=False),
           params=winograd_params(common, attrs.tile_size, target.on_cpu))
     return s
 

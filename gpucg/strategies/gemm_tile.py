@@ -1,9 +1,12 @@
 """The GEMM tile every GEMM kernel shares (templates/gemm/_tile.j2): its config space and
-launch geometry. conv2d's direct and Winograd products use it."""
+launch geometry. conv2d's direct and Winograd products and the dense family use it."""
 
 from __future__ import annotations
 
 from ..autotune.space import ConfigSpace
+
+#: local memory a work-group may use for its tiles (CUDA's static shared-memory limit)
+LOCAL_BYTES = 48 * 1024
 
 
 def work_group(config) -> int:
@@ -11,22 +14,49 @@ def work_group(config) -> int:
     return (config["BM"] // config["TM"]) * (config["BN"] // config["TN"])
 
 
-def gemm_space(m_rows: int, on_cpu: bool) -> ConfigSpace:
-    """Tiles of the GEMM: BM x BN outputs a work-group, TM x TN a work-item, BK of K a step.
+def local_bytes(config, acc_bytes: int = 4) -> int:
+    """Local memory of the tiles: one or two (double buffering) BK x (BM + BN) tiles."""
+    return (2 if config.get("DB") else 1) * config["BK"] * (config["BM"] + config["BN"]) \
+        * acc_bytes
 
-    The default is wider than tall when the product has few rows (``m_rows``).
+#: the tile's template parameters for a space without the VW and DB knobs (conv2d's)
+PLAIN = {"VW": 1, "DB": False}
+
+
+def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
+               default: dict | None = None, loads: bool = True) -> ConfigSpace:
+    """Tiles of the GEMM: BM x BN outputs a work-group, TM x TN a work-item, BK of K a step,
+    and with ``loads`` VW consecutive elements a load (vector loads where the kernel has them:
+    ``vector``) and DB double buffering of the local tiles; ``acc_bytes``: the size of the
+    sums (float or double). Without ``loads`` the kernel passes :data:`PLAIN` as parameters
+    (conv2d: its recorded tuning data name the five tile knobs only).
+
+    The default is wider than tall when the product has few rows (``m_rows``, an int or None
+    when unknown); ``default`` overrides it.
     """
     def ok(c):
-        wg = work_group(c)
+        wg, vw = work_group(c), c.get("VW", 1)
         return (c["TM"] <= c["BM"] and c["TN"] <= c["BN"] and 16 <= wg <= 256
-                and (c["BM"] * c["BK"]) % wg == 0 and (c["BN"] * c["BK"]) % wg == 0)
-    if on_cpu:  # measured on PoCL (64->64, 56x56): 113 ms against 213 ms for 32x64 tiles
-        default = {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8}
+                and (c["BM"] * c["BK"]) % (wg * vw) == 0
+                and (c["BN"] * c["BK"]) % (wg * vw) == 0
+                and local_bytes(c, acc_bytes) <= LOCAL_BYTES)
+    if default is not None:
+        default = dict(default)
+    elif on_cpu:  # measured on PoCL (64->64, 56x56): 113 ms against 213 ms for 32x64 tiles
+        default = {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 1, "DB": False}
     else:
-        default = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}
-    while default["BM"] > 16 and default["BM"] // 2 >= m_rows and default["BN"] < 256:
-        # few rows: a thinner, wider tile
-        default["BM"] //= 2
-        default["BN"] *= 2
-    return ConfigSpace({"BM": (16, 32, 64, 128), "BN": (32, 64, 128, 256), "BK": (8, 16, 32),
-                        "TM": (1, 2, 4, 8), "TN": (2, 4, 8)}, default, constraint=ok)
+        default = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VW": 1, "DB": False}
+    while isinstance(m_rows, int) and default["BM"] > 16 and default["BM"] // 2 >= m_rows \
+            and default["BN"] < 256:
+        # few rows: a thinner, wider tile (while the tile stays in the space)
+        thinner = dict(default, BM=default["BM"] // 2, BN=default["BN"] * 2)
+        if not ok(thinner):
+            break
+        default = thinner
+    knobs = {"BM": (16, 32, 64, 128), "BN": (32, 64, 128, 256), "BK": (8, 16, 32),
+             "TM": (1, 2, 4, 8), "TN": (2, 4, 8)}
+    if loads:
+        knobs.update(VW=(1, 2, 4) if vector else (1,), DB=(False, True))
+    else:
+        default = {k: v for k, v in default.items() if k in knobs}
+    return ConfigSpace(knobs, default, constraint=ok)

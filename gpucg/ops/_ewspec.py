@@ -1,0 +1,314 @@
+"""The elementwise operators one by one: their NumPy types (NumPy's own loop selection), their
+NumPy evaluation and their C.
+
+Types follow NumPy exactly: an operator with a NumPy ufunc asks it (``ufunc.resolve_dtypes``)
+which loop runs for the operand dtypes, Python scalars weak as in NumPy 2; the others borrow
+a ufunc's rules (sigmoid and gelu compute as exp does) or keep the dtype (relu, clip). The
+kernel casts each operand to its loop dtype, computes there (float16 in float32: it is only
+stored), and casts the result to the output dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import AttrError, DTypeError
+from ..shape import DTYPES
+from ._epilogue import erf
+
+UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid", "tanh", "erf", "gelu",
+         "relu", "leaky_relu", "clip")
+COMPARISONS = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=",
+               "greater": ">", "greater_equal": ">="}
+BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum") \
+    + tuple(COMPARISONS)
+ARITY = {**{op: 1 for op in UNARY}, **{op: 2 for op in BINARY}, "where": 3, "identity": 1}
+#: what each operator computes, for its documentation
+DOCS = {"exp": "e ** x", "log": "the natural logarithm", "sqrt": "the square root",
+        "rsqrt": "1 / sqrt(x)", "abs": "|x| (wrapping at the most negative integer)",
+        "negative": "-x", "sigmoid": "1 / (1 + exp(-x))", "tanh": "the hyperbolic tangent",
+        "erf": "the error function", "gelu": "x * Phi(x), exact (erf) or its tanh approximation",
+        "relu": "max(x, 0), NaN kept", "leaky_relu": "x if x > 0 else alpha * x",
+        "clip": "x limited to [a_min, a_max] (bounds in x's dtype), NaN kept",
+        "add": "a + b", "subtract": "a - b", "multiply": "a * b", "divide": "a / b (true division)",
+        "power": "a ** b (integers wrap; a negative integer exponent truncates toward zero)",
+        "maximum": "the larger, NaN if either is", "minimum": "the smaller, NaN if either is",
+        "equal": "a == b", "not_equal": "a != b", "less": "a < b", "less_equal": "a <= b",
+        "greater": "a > b", "greater_equal": "a >= b",
+        "where": "a where condition is nonzero, else b"}
+#: attributes (name -> default) of the operators that have some
+ATTRS = {"leaky_relu": {"alpha": 0.01}, "clip": {"a_min": None, "a_max": None},
+         "gelu": {"approximate": "none"}}
+
+_UFUNC = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": np.sqrt, "abs": np.absolute,
+          "negative": np.negative, "sigmoid": np.exp, "tanh": np.tanh, "gelu": np.exp,
+          "erf": np.exp,
+          "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+          "power": np.power, "maximum": np.maximum, "minimum": np.minimum,
+          **{op: getattr(np, op) for op in COMPARISONS}}
+_SIGNED = ("int8", "int16", "int32", "int64")
+_UNSIGNED = ("bool", "uint8", "uint16", "uint32", "uint64")
+_FLOATS = ("float16", "float32", "float64")
+
+
+def check_attrs(op: str, attrs: dict) -> dict:
+    """The operator's attributes with defaults filled in, validated."""
+    allowed = ATTRS.get(op, {})
+    unknown = [k for k in attrs if k not in allowed]
+    if unknown:
+        raise AttrError(f"{op}: unknown attribute {unknown[0]!r}; allowed: "
+                        f"{', '.join(allowed) or 'none'}")
+    out = dict(allowed, **attrs)
+    for name in ("alpha", "a_min", "a_max"):
+        if name in out and out[name] is not None:
+            v = out[name]
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
+                                                                     np.floating)):
+                raise AttrError(f"{op}: {name}={v!r} must be a number")
+            if not math.isfinite(v):
+                raise AttrError(f"{op}: {name}={v!r} must be finite")
+            out[name] = v.item() if isinstance(v, np.generic) else v
+    if op == "gelu" and out["approximate"] not in ("none", "tanh"):
+        raise AttrError(f"gelu: approximate={out['approximate']!r} is not allowed; allowed: "
+                        "'none' (erf), 'tanh'")
+    return out
+
+
+# -- types ------------------------------------------------------------------------------------
+
+def _np_type(t):
+    """A dtype name as NumPy's dtype; Python's int and float stay (weak scalars)."""
+    return t if t in (int, float) else np.dtype(t)
+
+
+def _dummy(t):
+    return t(0) if t in (int, float) else np.zeros(1, t)
+
+
+def resolve(op: str, types: tuple, attrs: dict) -> tuple[tuple, str]:
+    """(loop dtype names, output dtype name) of ``op`` on operand types (dtype names, or
+    Python's int/float for weak scalars), as NumPy decides them; DTypeError where NumPy has
+    no loop or gpucg no dtype."""
+    shown = ", ".join(t.__name__ if t in (int, float) else t for t in types)
+    try:
+        if op in _UFUNC:
+            dts = _UFUNC[op].resolve_dtypes(tuple(_np_type(t) for t in types) + (None,))
+            loop, out = tuple(dt.name for dt in dts[:-1]), dts[-1].name
+        elif op == "leaky_relu":
+            dts = np.multiply.resolve_dtypes((_np_type(types[0]), float, None))
+            loop, out = (dts[0].name,), dts[-1].name
+        elif op == "where":
+            out = np.where(np.ones(1, bool), _dummy(types[1]), _dummy(types[2])).dtype.name
+            loop = ("bool", out, out)
+        else:  # relu, clip, identity keep the dtype
+            t = types[0]
+            out = {int: "int64", float: "float64"}.get(t, t)
+            loop = (out,)
+            if op == "clip" and np.dtype(out).kind in "biu":
+                info = np.iinfo(out) if out != "bool" else np.iinfo(np.uint8)
+                for name in ("a_min", "a_max"):
+                    v = attrs[name]
+                    if v is not None and not info.min <= v <= info.max:
+                        raise DTypeError(f"clip: {name}={v!r} is out of the range of {out} "
+                                         f"({info.min}..{info.max})")
+    except TypeError as exc:
+        raise DTypeError(f"{op}: no loop for operand dtypes ({shown}); NumPy says: {exc}") from None
+    if out not in DTYPES or any(t not in DTYPES for t in loop):
+        raise DTypeError(f"{op}: operand dtypes ({shown}) give {out}, which gpucg does not "
+                         f"support; allowed: {', '.join(DTYPES)}")
+    return loop, out
+
+
+# -- NumPy ------------------------------------------------------------------------------------
+
+def _int_power(a, b):
+    """Integer power with wrap-around; a negative exponent gives 1 / a**|b| truncated toward
+    zero (1 for a == 1, +-1 for a == -1, else 0), where NumPy raises."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    neg = b < 0
+    out = np.power(a, np.where(neg, 0, b))
+    if neg.any():
+        one = a == 1
+        minus = (a == -1) if a.dtype.kind == "i" else np.zeros_like(one)
+        odd = (b % 2) != 0
+        out = np.where(neg, np.where(one | (minus & ~odd), 1, np.where(minus, -1, 0)), out)
+    return out.astype(a.dtype, copy=False)
+
+
+def evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
+    """``op`` on NumPy arrays (or Python scalars), in the loop dtypes, as the output dtype."""
+    with np.errstate(all="ignore"):
+        return _evaluate(op, [np.asarray(a, lt) for a, lt in zip(args, loop)], loop, out, attrs)
+
+
+def _evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
+    dt = np.dtype(out)
+    comp = np.float32 if loop[0] == "float16" else loop[0]  # float16 computes in float32
+    if op == "power" and np.dtype(loop[0]).kind in "iu":
+        y = _int_power(*args)
+    elif op == "rsqrt":
+        y = np.reciprocal(np.sqrt(args[0].astype(comp)))
+    elif op == "sigmoid":
+        x = args[0].astype(comp)
+        y = 1 / (1 + np.exp(-x))
+    elif op == "erf":
+        y = erf(args[0])
+    elif op == "gelu":
+        x = args[0].astype(comp)
+        y = 0.5 * x * (1 + (erf(x * (1 / math.sqrt(2))) if attrs["approximate"] == "none" else
+                            np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))))
+    elif op == "relu":
+        y = np.maximum(args[0], np.zeros((), args[0].dtype))
+    elif op == "leaky_relu":
+        x = args[0]
+        y = np.where(x > 0, x, x * x.dtype.type(attrs["alpha"]))
+    elif op == "clip":
+        y = args[0]
+        if attrs["a_min"] is not None:
+            y = np.maximum(y, y.dtype.type(attrs["a_min"]))
+        if attrs["a_max"] is not None:
+            y = np.minimum(y, y.dtype.type(attrs["a_max"]))
+    elif op == "where":
+        y = np.where(args[0], args[1], args[2])
+    elif op == "identity":
+        y = args[0]
+    else:
+        y = _UFUNC[op](*args)
+    return np.asarray(y).astype(dt, copy=False)
+
+
+# -- C ----------------------------------------------------------------------------------------
+
+def ctype(dtype: str, d) -> str:
+    """The C type a value of ``dtype`` is computed in (float16 in float)."""
+    return "float" if dtype == "float16" else d.type(dtype)
+
+
+def literal(value, dtype: str, d) -> str:
+    """A C constant of ``dtype``'s compute type."""
+    if dtype in _FLOATS:
+        text = repr(float(value))
+        return text + ("" if dtype == "float64" else "f")
+    if dtype == "bool":
+        return "1" if value else "0"
+    return f"(({d.type(dtype)}){d.uconst(int(value), 64)})"
+
+
+def cast(expr: str, src: str, dst: str, d) -> str:
+    """``expr`` (computed as ``src``) as a value of ``dst``'s compute type."""
+    if src == dst or ctype(src, d) == ctype(dst, d) and "bool" not in (src, dst):
+        return expr
+    if dst == "bool":
+        return f"({expr} != 0)"
+    return f"(({ctype(dst, d)}){expr})"
+
+
+def _utype(dtype: str, d) -> str:
+    return d.type("u" + dtype) if dtype in _SIGNED else d.type(dtype)
+
+
+def helper(name: str, dtype: str, d) -> str:
+    """The C source of a helper function a kernel needs (integer power)."""
+    t, u = d.type(dtype), _utype(dtype, d)
+    neg = ("    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
+           if dtype in _SIGNED else "")
+    return (f"{d.device_fn} {t} {name}({t} a, {t} b) {{\n{neg}"
+            f"    {u} r = 1, x = ({u})a;\n"
+            f"    while (b) {{ if (b & 1) r *= x; x *= x; b >>= 1; }}\n"
+            f"    return ({t})r;\n}}\n")
+
+
+def _compare(sym: str, a: str, b: str, la: str, lb: str, d) -> str:
+    """A comparison, exact when one operand is signed and the other unsigned (NumPy's mixed
+    int64/uint64 loops): a negative value is below every unsigned one."""
+    if la in _SIGNED and lb in _UNSIGNED[1:]:
+        u = d.type(lb)
+        if sym in ("<", "<=", "!="):
+            return f"({a} < 0 || ({u}){a} {sym} {b})"
+        return f"({a} >= 0 && ({u}){a} {sym} {b})"
+    if lb in _SIGNED and la in _UNSIGNED[1:]:
+        flipped = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}[sym]
+        return _compare(flipped, b, a, lb, la, d)
+    return f"({a} {sym} {b})"
+
+
+def code(op: str, args: list, loop: tuple, out: str, attrs: dict, d, helpers: dict) -> str:
+    """A C expression of ``op`` on operands already in their loop types (variables), in the
+    compute type of ``loop[0]`` (comparisons: a 0/1 int). ``helpers`` collects functions to
+    define (name -> source)."""
+    t = loop[0]
+    c = ctype(t, d)
+    x = args[0]
+    fl, signed = t in _FLOATS, t in _SIGNED
+    one, zero = literal(1, t, d), literal(0, t, d)
+    if op in COMPARISONS:
+        return _compare(COMPARISONS[op], args[0], args[1], loop[0], loop[1], d)
+    if op in ("add", "subtract", "multiply"):
+        sym = {"add": "+", "subtract": "-", "multiply": "*"}[op]
+        if t == "bool":
+            return f"({x} {'|' if op == 'add' else '&'} {args[1]})"
+        if signed:  # wrap-around in unsigned arithmetic: signed overflow is undefined in C
+            u = _utype(t, d)
+            return f"(({c})(({u}){x} {sym} ({u}){args[1]}))"
+        if t in ("uint8", "uint16"):  # C computes these in int: wrap back
+            return f"(({c})({x} {sym} {args[1]}))"
+        return f"({x} {sym} {args[1]})"
+    if op == "divide":
+        return f"({x} / {args[1]})"
+    if op == "power":
+        if fl:
+            return f"pow({x}, {args[1]})"
+        name = f"gpucg_ipow_{t}"
+        helpers[name] = helper(name, t, d)
+        return f"{name}({x}, {args[1]})"
+    if op in ("maximum", "minimum"):
+        sym = ">" if op == "maximum" else "<"
+        if t == "bool":
+            return f"({x} {'|' if op == 'maximum' else '&'} {args[1]})"
+        nan = f" || {x} != {x}" if fl else ""
+        return f"(({x} {sym} {args[1]}{nan}) ? {x} : {args[1]})"
+    if op == "where":
+        return f"({x} ? {args[1]} : {args[2]})"
+    if op == "identity":
+        return x
+    if op == "abs":
+        if fl:
+            return f"fabs({x})"
+        if signed:
+            u = _utype(t, d)
+            return f"(({c})({x} < 0 ? ({u})0 - ({u}){x} : ({u}){x}))"
+        return x
+    if op == "negative":
+        if fl:
+            return f"(-{x})"
+        return f"(({c})(({_utype(t, d)})0 - ({_utype(t, d)}){x}))"
+    if op in ("exp", "log", "sqrt", "tanh", "erf"):
+        return f"{op}({x})"
+    if op == "rsqrt":
+        return f"({one} / sqrt({x}))"
+    if op == "sigmoid":
+        return f"({one} / ({one} + exp(-{x})))"
+    if op == "gelu":
+        half = literal(0.5, t, d)
+        if attrs["approximate"] == "none":
+            return f"({half} * {x} * ({one} + erf({x} * {literal(1 / math.sqrt(2), t, d)})))"
+        cubic = f"{literal(0.044715, t, d)} * {x} * {x} * {x}"
+        inner = f"{literal(math.sqrt(2 / math.pi), t, d)} * ({x} + {cubic})"
+        return f"({half} * {x} * ({one} + tanh({inner})))"
+    if op == "relu":
+        if t in _UNSIGNED:
+            return x
+        return f"(({x} > {zero}{f' || {x} != {x}' if fl else ''}) ? {x} : {zero})"
+    if op == "leaky_relu":
+        return f"({x} > {zero} ? {x} : {literal(attrs['alpha'], t, d)} * {x})"
+    if op == "clip":
+        y = x
+        for name, sym in (("a_min", ">"), ("a_max", "<")):
+            if attrs[name] is not None:
+                lit = literal(attrs[name], t, d)
+                nan = f" || {y} != {y}" if fl else ""
+                y = f"(({y} {sym} {lit}{nan}) ? {y} : {lit})"
+        return y
+    raise AttrError(f"elementwise operator {op!r} is unknown")

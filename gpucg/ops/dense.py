@@ -1,0 +1,286 @@
+"""The GEMM family: dense (TVM's layout, with a fused epilogue), matmul (NumPy's semantics) and
+batch_matmul (optionally transposed operands), all on one set of GEMM kernels.
+
+Every call is one problem: C[b] (m x n) = A[b] (m x k) * B[b] (k x n) over the (broadcast)
+batch dimensions b, where each operand lies in memory along k or along its own axis
+(:func:`problem`). float16 is stored as float16 and summed in float32; float64 sums in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..eager import call
+from ..errors import DTypeError, InputError, require_bool
+from ..op import Case, Constraint, KernelInfo, OpPattern, register_gradient, register_op
+from ..shape import TensorType, broadcast_shapes, dtype_name, product, var
+from . import _epilogue
+from ._grads import dense_gradient, matmul_gradient
+
+DTYPES = ("float16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class DenseAttrs:
+    """Attributes of dense: the epilogue (gpucg/ops/_epilogue.py) and the output dtype.
+
+    Attributes:
+        activation: None, "relu", "gelu" (erf), "gelu_tanh", "sigmoid" or "tanh".
+        out_dtype: the output dtype (None: the data's); float16, float32 or float64.
+        alpha: scales the product; beta: scales the residual.
+        residual_position: the residual is added "after" the activation or "before" it.
+    """
+
+    activation: str | None = None
+    out_dtype: str | None = None
+    alpha: float = 1.0
+    beta: float = 1.0
+    residual_position: str = "after"
+
+    def __post_init__(self):
+        _epilogue.check_epilogue(self)
+        if self.out_dtype is not None:
+            object.__setattr__(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype", DTYPES))
+
+
+@dataclass(frozen=True)
+class MatmulAttrs:
+    """matmul has no attributes: NumPy's semantics decide everything."""
+
+
+@dataclass(frozen=True)
+class BatchMatmulAttrs:
+    """Attributes of batch_matmul: whether a is (B, k, m) and b is (B, n, k)."""
+
+    transpose_a: bool = False
+    transpose_b: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "transpose_a", require_bool("transpose_a", self.transpose_a))
+        object.__setattr__(self, "transpose_b", require_bool("transpose_b", self.transpose_b))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One batched GEMM: C[b] (m x n) = A[b] (m x k) * B[b] (k x n).
+
+    ``batch`` is the output's batch shape, ``a_batch``/``b_batch`` the operands' batch shapes
+    aligned to it (1 where they broadcast). ``a_k_major``: A[m][k] lies at m * k_size + k
+    (else k * m_size + m); ``b_k_major``: B[k][p] lies at p * k_size + k (else k * n_size + p).
+    ``a_k``/``b_k`` are the operands' sizes along k (equal for a valid call).
+    """
+
+    batch: tuple
+    a_batch: tuple
+    b_batch: tuple
+    m: object
+    n: object
+    k: object
+    a_k: object
+    b_k: object
+    a_k_major: bool
+    b_k_major: bool
+    out_shape: tuple
+
+    @property
+    def nb(self):
+        """The number of products (the batch size)."""
+        return product(self.batch)
+
+
+def _align(shape, rank):
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def problem(op: str, a_shape, b_shape, attrs) -> Problem:
+    """The GEMM of an operator call from its operand shapes (ints or SymPy expressions)."""
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    if op == "dense":
+        for name, s in (("data", a_shape), ("weight", b_shape)):
+            if len(s) != 2:
+                dims = "(m, k)" if name == "data" else "(n, k)"
+                raise InputError(f"dense: {name} must have rank 2 {dims}, got shape {s}")
+        (m, ak), (n, bk) = a_shape, b_shape
+        return Problem((), (), (), m, n, ak, ak, bk, True, True, (m, n))
+    if op == "batch_matmul":
+        for name, s in (("a", a_shape), ("b", b_shape)):
+            if len(s) != 3:
+                raise InputError(f"batch_matmul: {name} must have rank 3 (batch, rows, columns), "
+                                 f"got shape {s}")
+        batch = broadcast_shapes("batch_matmul", TensorType(a_shape[:1], "float32"),
+                                 TensorType(b_shape[:1], "float32"))
+        m, ak = (a_shape[2], a_shape[1]) if attrs.transpose_a else a_shape[1:]
+        bk, n = (b_shape[2], b_shape[1]) if attrs.transpose_b else b_shape[1:]
+        return Problem(batch, a_shape[:1], b_shape[:1], m, n, ak, ak, bk,
+                       not attrs.transpose_a, attrs.transpose_b, batch + (m, n))
+    # matmul: NumPy's rules, 1-D operands promoted and the unit axis dropped from the result
+    if not a_shape or not b_shape:
+        raise InputError(f"matmul: a and b must have rank >= 1, got shapes {a_shape} and {b_shape}")
+    m, ak = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
+    bk, n = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
+    a_b, b_b = a_shape[:-2], b_shape[:-2]
+    batch = broadcast_shapes("matmul", TensorType(a_b, "float32"), TensorType(b_b, "float32"))
+    out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
+    return Problem(batch, _align(a_b, len(batch)), _align(b_b, len(batch)), m, n, ak, ak, bk,
+                   True, len(b_shape) == 1, out)
+
+
+def _inner_rule(op: str, p: Problem, a_name: str, b_name: str):
+    same = sympy.Eq(sympy.sympify(p.a_k), sympy.sympify(p.b_k))
+    message = (f"{op}: inner dimensions do not match: {a_name} has {{}} along k but {b_name} "
+               "has {}")
+    if same is sympy.false:
+        raise InputError(message.format(p.a_k, p.b_k))
+    return [] if same is sympy.true else [Constraint(same, message, (p.a_k, p.b_k))]
+
+
+_NAMES = {"dense": ("data", "weight"), "matmul": ("a", "b"), "batch_matmul": ("a", "b")}
+
+
+def _check(op: str, inputs, attrs):
+    """(problem, output type, size rules) of a call; raises for what the types decide."""
+    a, b = inputs[0], inputs[1]
+    an, bn = _NAMES[op]
+    for name, t in ((an, a), (bn, b)):
+        if t.dtype not in DTYPES:
+            raise DTypeError(f"{op}: {name} dtype {t.dtype!r} is not supported; allowed: "
+                             f"{', '.join(DTYPES)}")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"{op}: {an} and {bn} must have the same dtype, got {a.dtype} and "
+                         f"{b.dtype} (mixed dtypes; convert one first)")
+    p = problem(op, a.shape, b.shape, attrs)
+    rules = _inner_rule(op, p, an, bn)
+    out = TensorType(p.out_shape, getattr(attrs, "out_dtype", None) or a.dtype)
+    if len(inputs) >= 3:
+        bias = inputs[2]
+        same = None if bias.ndim != 1 else sympy.Eq(sympy.sympify(bias.shape[0]),
+                                                     sympy.sympify(p.n))
+        if same is None or same is sympy.false:
+            raise InputError(f"dense: bias must have shape ({p.n},) (the output columns), "
+                             f"got {bias}")
+        if bias.dtype != a.dtype:
+            raise DTypeError(f"dense: bias dtype {bias.dtype} must equal the data dtype {a.dtype}")
+        if same is not sympy.true:
+            rules.append(Constraint(sympy.Eq(bias.shape[0], p.n),
+                                    "dense: bias has {} values but the output has {} columns",
+                                    (bias.shape[0], p.n)))
+    if len(inputs) == 4:
+        rules += _epilogue.residual_rules(op, inputs[3], out)
+    return p, out, rules
+
+
+def reference(op: str):
+    """The NumPy reference of ``op``: float64 products, then the epilogue and the dtype."""
+    def ref(a, b, *rest):
+        *extra, attrs = rest
+        x, w = a.astype(np.float64), b.astype(np.float64)
+        if op == "dense":
+            y = x @ w.T
+        elif op == "batch_matmul":
+            y = np.matmul(np.swapaxes(x, 1, 2) if attrs.transpose_a else x,
+                          np.swapaxes(w, 1, 2) if attrs.transpose_b else w)
+        else:
+            y = np.matmul(x, w)
+        y = np.array(y, np.float64)
+        if extra:
+            y = _epilogue.apply(y, extra[0], extra[1] if extra[1:] else None, attrs)
+        elif op == "dense":
+            y = _epilogue.apply(y, None, None, attrs)
+        return y.astype(getattr(attrs, "out_dtype", None) or a.dtype)
+    return ref
+
+
+def _cases(op: str):
+    def cases():
+        t = TensorType
+        if op == "dense":
+            return [Case((t((16, 4096), "float32"), t((4096, 4096), "float32")), {}, "bench",
+                         "small m (16, 4096) x (4096, 4096)"),
+                    Case((t((1024, 768), "float32"), t((3072, 768), "float32"),
+                          t((3072,), "float32")), {"activation": "gelu"}, "bench",
+                         "BERT-base FFN (1024, 768) x (768, 3072) + bias + gelu"),
+                    Case((t((1024, 1024), "float32"), t((1024, 1024), "float32")), {}, "bench",
+                         "square 1024"),
+                    Case((t((1, 7), "float32"), t((5, 7), "float32")), {}, "small", "m = 1"),
+                    Case((t((33, 65), "float32"), t((17, 65), "float32"), t((17,), "float32")),
+                         {"activation": "relu"}, "small", "odd sizes, bias + relu"),
+                    Case((t((3, 4100), "float64"), t((9, 4100), "float64")), {}, "small",
+                         "split-K, float64"),
+                    Case((t((20, 9), "float16"), t((70, 9), "float16"), t((70,), "float16"),
+                          t((20, 70), "float16")), {"activation": "gelu_tanh"}, "small",
+                         "float16, bias, residual")]
+        if op == "matmul":
+            return [Case((t((1024, 1024), "float32"), t((1024, 1024), "float32")), {}, "bench",
+                         "square 1024"),
+                    Case((t((4096, 4096), "float32"), t((4096, 4096), "float32")), {}, "bench",
+                         "square 4096"),
+                    Case((t((3, 1, 5, 7), "float32"), t((2, 7, 4), "float32")), {}, "small",
+                         "broadcast batch"),
+                    Case((t((7,), "float64"), t((7, 3), "float64")), {}, "small", "1-D a")]
+        return [Case((t((64, 128, 64), "float32"), t((64, 64, 128), "float32")), {}, "bench",
+                     "(64, 128, 64) x (64, 64, 128)"),
+                Case((t((3, 9, 5), "float32"), t((1, 4, 9), "float32")),
+                     {"transpose_a": True, "transpose_b": True}, "small", "transposed, batch 1")]
+    return cases
+
+
+_DOCS = {"dense": "data (m, k) times weight (n, k) transposed, with a fused epilogue.",
+         "matmul": "Matrix product with NumPy's semantics (1-D promotion, broadcast batch).",
+         "batch_matmul": "Batched matrix product, a and b optionally transposed."}
+
+for _op, _attrs in (("dense", DenseAttrs), ("matmul", MatmulAttrs),
+                    ("batch_matmul", BatchMatmulAttrs)):
+    register_op(
+        _op, attrs=_attrs, num_inputs=4 if _op == "dense" else 2,
+        optional_inputs=2 if _op == "dense" else 0,
+        type_rel=(lambda op: lambda inputs, attrs: _check(op, inputs, attrs)[1])(_op),
+        constraints=(lambda op: lambda inputs, attrs: _check(op, inputs, attrs)[2])(_op),
+        pattern=OpPattern.OPAQUE, reference=reference(_op),
+        input_names=_NAMES[_op] + (("bias", "residual") if _op == "dense" else ()),
+        kernel_info=KernelInfo(storage_dtypes=("float16",)), cases=_cases(_op), doc=_DOCS[_op],
+        example=(lambda op: lambda: ((TensorType((var("m"), 4096), "float32"),
+                                      TensorType((4096, 4096), "float32")), {})
+                 if op != "batch_matmul" else
+                 ((TensorType((var("b"), 128, 64), "float32"),
+                   TensorType((var("b"), 64, 128), "float32")), {}))(_op))
+
+
+def dense(data, weight, bias=None, activation=None, out_dtype=None, *, residual=None, alpha=1.0,
+          beta=1.0, residual_position="after", target=None):
+    """``alpha * data @ weight.T + bias``, activated, plus ``beta * residual`` (TVM's dense).
+
+    Args:
+        data: (m, k); weight: (n, k); float16, float32 or float64, the same dtype.
+        bias: None or (n,), the data's dtype.
+        activation: None, "relu", "gelu" (erf form), "gelu_tanh", "sigmoid" or "tanh".
+        out_dtype: the output dtype (default: the data's); float16 sums in float32.
+        residual: None or (m, n) of the output dtype, times beta, added after the activation
+            (residual_position "after") or before it ("before"). Without a bias, a zero bias
+            is passed.
+        target: "cuda", "opencl", "numpy" or None for the default target.
+    """
+    n = weight.shape[0] if len(weight.shape) == 2 else 0
+    arrays = _epilogue.with_residual((data, weight), bias, residual, n, data.dtype)
+    return call("dense", arrays, target=target, activation=activation, out_dtype=out_dtype,
+                alpha=alpha, beta=beta, residual_position=residual_position)
+
+
+def matmul(a, b, *, target=None):
+    """The matrix product with NumPy's semantics (np.matmul): 1-D operands are promoted and
+    their unit axis dropped, batch dimensions broadcast."""
+    return call("matmul", (a, b), target=target)
+
+
+def batch_matmul(a, b, transpose_a=False, transpose_b=False, *, target=None):
+    """Batched product of a (B, m, k) and b (B, k, n) (a batch of 1 broadcasts); with
+    transpose_a, a is (B, k, m); with transpose_b, b is (B, n, k)."""
+    return call("batch_matmul", (a, b), target=target, transpose_a=transpose_a,
+                transpose_b=transpose_b)
+
+
+# -- gradients, written with registered operators (gpucg/ops/_grads.py) ---------------------------
+register_gradient("dense", dense_gradient)
+register_gradient("matmul", matmul_gradient)

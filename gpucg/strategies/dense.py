@@ -1,0 +1,223 @@
+"""Strategies for dense, matmul and batch_matmul: which GEMM runs for which shape.
+
+Every call is a batched GEMM (gpucg.ops.dense.problem): B products of (m x k) by (k x n). GPU
+implementations, by plevel, with conditions over the symbolic sizes:
+  gemv         15  m <= 16: one work-group per few output columns, K split over its work-items
+                   and added in local memory (a GEMV when m is 1)
+  gemm_splitk  14  B * m * n <= 2**18 and k >= 2048: too few output tiles to fill the device,
+                   so slices of K run in parallel and a second kernel adds them (no atomics,
+                   the same result every run)
+  gemm_tiled   10  always: the shared GEMM tile (templates/gemm/_tile.j2), register blocking,
+                   vector loads, double-buffered local tiles
+The NumPy target runs np.matmul (BLAS) with the epilogue in NumPy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..autotune.space import ConfigSpace
+from ..implementation import Kernel, host_impl, kernel_impl
+from ..ops import _epilogue
+from ..ops.dense import problem
+from ..runtime.base import ceil_div
+from ..strategy import Strategy
+from .gemm_tile import gemm_space, work_group
+
+GEMV_MAX_M = 16
+SPLITK_MAX_MN = 2 ** 18
+SPLITK_MIN_K = 2048
+#: work-groups split-K aims for: a few per multiprocessor, or per core on a CPU device
+SPLITK_GROUPS = {"gpu": 512, "cpu": 16}
+
+
+@dataclass(frozen=True)
+class GemmInfo:
+    """What the launches read: the operator, the merged batch dimensions (each a tuple of
+    the output's batch axes with, per operand, whether it has them), split-K's group goal."""
+
+    op: str
+    groups: tuple
+    splitk_groups: int
+
+
+def merge_batch(p) -> tuple:
+    """The output's batch axes merged into runs where each operand is present throughout or
+    broadcast throughout (so one stride per run suffices); axes of size 1 are dropped."""
+    runs = []
+    for axis, (size, a, b) in enumerate(zip(p.batch, p.a_batch, p.b_batch)):
+        if size == 1:
+            continue
+        has = (a != 1, b != 1)
+        if runs and runs[-1][1] == has:
+            runs[-1] = (runs[-1][0] + (axis,), has)
+        else:
+            runs.append(((axis,), has))
+    return tuple(runs)
+
+
+def _sizes(ctx):
+    """(m, n, k, batch size, batch arguments) of the call, from the arrays' shapes."""
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    p = problem(ctx.info.op, a.shape, b.shape, ctx.attrs)
+    a_mat, b_mat = p.m * p.k, p.k * p.n
+
+    def stride(shape, axis, mat):
+        return int(np.prod(shape[axis + 1:], dtype=np.int64)) * mat
+
+    args = []
+    for axes, (a_has, b_has) in ctx.info.groups:
+        size = int(np.prod([p.batch[x] for x in axes], dtype=np.int64))
+        args += [ctx.size(size), ctx.size(stride(p.a_batch, axes[-1], a_mat) if a_has else 0),
+                 ctx.size(stride(p.b_batch, axes[-1], b_mat) if b_has else 0)]
+    nb = int(np.prod(p.batch, dtype=np.int64))
+    return p.m, p.n, p.k, nb, args
+
+
+def _tiled_run(ctx, gemm) -> None:
+    m, n, k, nb, args = _sizes(ctx)
+    c, s = ctx.config, ctx.size
+    grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
+    gemm(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), *args, grid=grid, block=work_group(c))
+
+
+def _gemv_run(ctx, gemv) -> None:
+    m, n, k, nb, args = _sizes(ctx)
+    c, s = ctx.config, ctx.size
+    cols = c["WG"] // c["KS"] * c["NC"]
+    gemv(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), *args, grid=nb * ceil_div(n, cols),
+         block=c["WG"])
+
+
+def _splitk_run(ctx, partial, reduce) -> None:
+    m, n, k, nb, args = _sizes(ctx)
+    c, s = ctx.config, ctx.size
+    tiles = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
+    slices = max(1, min(ceil_div(k, 4 * c["BK"]), ceil_div(ctx.info.splitk_groups, max(tiles, 1)),
+                        64))
+    kc = ceil_div(ceil_div(k, slices), c["BK"]) * c["BK"]  # whole tiles, so loads stay aligned
+    slices = ceil_div(k, kc) if k else 1
+    total = nb * m * n
+    part = ctx.empty((slices * total,), np.float64 if ctx.params["acc_t"] == "double"
+                     else np.float32)
+    a, b, *extra = ctx.inputs
+    partial(a, b, part, s(m), s(n), s(k), s(nb), np.int32(kc), *args, grid=slices * tiles,
+            block=work_group(c))
+    wg = ctx.params["wg"]
+    reduce(part, *extra, ctx.outputs[0], s(total), s(n), np.int32(slices),
+           grid=ceil_div(total, wg), block=wg)
+
+
+GEMM_TILED = kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
+    "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue"))
+GEMV = kernel_impl("gemv", _gemv_run, gemv=Kernel(
+    "dense/gemv.j2", doc="a few output columns a work-group, K split over its work-items"))
+GEMM_SPLITK = kernel_impl(
+    "gemm_splitk", _splitk_run,
+    partial=Kernel("dense/gemm.j2", {"splitk": True, "has_bias": False, "has_residual": False},
+                   doc="one slice of K of one output tile"),
+    reduce=Kernel("dense/splitk_reduce.j2", doc="the slices added, the epilogue, the store"))
+
+
+def _host_run(ctx):
+    a, b, *extra = ctx.inputs
+    acc = np.float64 if a.dtype == np.float64 else np.float32
+    x, w = a.astype(acc, copy=False), b.astype(acc, copy=False)
+    op = ctx.info.op
+    if op == "dense":
+        y = np.matmul(x, w.T)
+    elif op == "batch_matmul":
+        y = np.matmul(np.swapaxes(x, 1, 2) if ctx.attrs.transpose_a else x,
+                      np.swapaxes(w, 1, 2) if ctx.attrs.transpose_b else w)
+    else:
+        y = np.matmul(x, w)
+    y = np.asarray(y)
+    if op == "dense":
+        y = _epilogue.apply(y, extra[0] if extra else None, extra[1] if extra[1:] else None,
+                            ctx.attrs)
+    return y.astype(ctx.attrs.out_dtype or a.dtype if op == "dense" else a.dtype, copy=False)
+
+
+NUMPY_MATMUL = host_impl("numpy_matmul", _host_run)
+
+
+def params(op, attrs, inputs, outputs) -> dict:
+    """Template parameters every kernel of a call shares: storage types, the sums' type, the
+    operands' layouts, the batch dimensions, the epilogue."""
+    p = problem(op, inputs[0].shape, inputs[1].shape, attrs)
+    dtype, out = inputs[0].dtype, outputs[0].dtype
+    wide = "float64" in (dtype, out)
+    ep = _epilogue.template_params(attrs, len(inputs) >= 3, len(inputs) >= 4) if op == "dense" \
+        else dict(has_bias=False, has_residual=False, activation="none", ep_alpha=1.0,
+                  ep_beta=1.0, residual_before=False)
+    return dict(half=dtype == "float16", out_half=out == "float16", f64=dtype == "float64",
+                out_f64=out == "float64", acc_t="double" if wide else "float",
+                acc_dtype="float64" if wide else "float32", a_k_major=p.a_k_major,
+                b_k_major=p.b_k_major, R=len(merge_batch(p)), wg=256, **ep)
+
+
+def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
+               on_cpu: bool = False) -> ConfigSpace:
+    """The small-M kernel: WG work-items as KS slices of K times WG/KS column threads, NC
+    columns each, VW elements of K a step; the slices' sums must fit the local memory."""
+    def ok(c):
+        return (c["KS"] <= c["WG"] and c["WG"] * m_rows * c["NC"] * acc_bytes <= 48 * 1024)
+    if b_k_major and on_cpu:
+        default = {"WG": 64, "KS": 64, "NC": 8 if acc_bytes == 4 or m_rows < 16 else 4,
+                   "VW": 4 if vector else 1}
+    elif b_k_major:  # 16 KiB of partial sums at most: fits any OpenCL GPU's local memory
+        default = {"WG": 128, "KS": 128, "NC": 2 if acc_bytes == 4 or m_rows < 16 else 1,
+                   "VW": 4 if vector else 1}
+    else:
+        default = {"WG": 128, "KS": 8, "NC": 2, "VW": 1}
+    return ConfigSpace({"WG": (64, 128, 256), "KS": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+                        "NC": (1, 2, 4, 8), "VW": (1, 2, 4) if vector else (1,)},
+                       default, constraint=ok)
+
+
+def gpu_strategy(op: str):
+    def strategy(attrs, inputs, outputs, target):
+        p = problem(op, inputs[0].shape, inputs[1].shape, attrs)
+        common = params(op, attrs, inputs, outputs)
+        acc_bytes = 8 if common["acc_t"] == "double" else 4
+        vector = not common["half"]
+        info = GemmInfo(op, merge_batch(p), SPLITK_GROUPS["cpu" if target.on_cpu else "gpu"])
+        m, n, k, nb = (sympy.sympify(v) for v in (p.m, p.n, p.k, p.nb))
+        mr = max(int(m), 1) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
+        s = Strategy(target)
+        s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
+              space=gemv_space(mr, p.b_k_major, acc_bytes,
+                               vector and p.a_k_major and p.b_k_major, target.on_cpu))
+        tile = gemm_space(int(m) if m.is_Integer else None, target.on_cpu, vector, acc_bytes,
+                          default=_default_tile(target.on_cpu, vector, acc_bytes))
+        s.add(GEMM_SPLITK, 14, info=info, params=common, space=tile,
+              condition=sympy.And(nb * m * n <= SPLITK_MAX_MN, k >= SPLITK_MIN_K))
+        s.add(GEMM_TILED, 10, info=info, params=common, space=tile)
+        return s
+    return strategy
+
+
+def _default_tile(on_cpu: bool, vector: bool, acc_bytes: int) -> dict:
+    if on_cpu:  # PoCL, 1024^3 float32: vector loads 1.7x faster, double buffering no gain
+        return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
+                "DB": False}
+    if acc_bytes == 8:  # 16 KiB of local tiles, as float32's
+        return {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4, "VW": 2 if vector else 1,
+                "DB": True}
+    return {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
+            "DB": True}
+
+
+def host_strategy(op: str):
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy(target)
+        s.add(NUMPY_MATMUL, 10, info=GemmInfo(op, (), 0))
+        return s
+    return strategy
+
+
+STRATEGIES = {op: {"gpu": gpu_strategy(op), "cpu": host_strategy(op)}
+              for op in ("dense", "matmul", "batch_matmul")}

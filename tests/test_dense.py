@@ -1,0 +1,305 @@
+"""dense, matmul and batch_matmul against NumPy in float64 on every backend here, every
+implementation forced (gemv, split-K, tiled), the tile's knobs (vector loads, double
+buffering) forced with config=, the fused epilogue, bad input, the run-time dispatch
+on m, and NVRTC for every CUDA variant."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpucg
+
+erf = np.vectorize(math.erf, otypes=[np.float64])
+
+rng = np.random.default_rng(7)
+TOL = {"float16": 3e-3, "float32": 2e-5, "float64": 1e-12}
+
+
+def act(y, activation):
+    if activation == "relu":
+        return np.maximum(y, 0)
+    if activation == "gelu":
+        return 0.5 * y * (1 + erf(y / np.sqrt(2)))
+    if activation == "gelu_tanh":
+        return 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y ** 3)))
+    if activation == "sigmoid":
+        return 1 / (1 + np.exp(-y))
+    if activation == "tanh":
+        return np.tanh(y)
+    return y
+
+
+def want_dense(x, w, b=None, r=None, activation=None, alpha=1.0, beta=1.0, position="after"):
+    """The float64 epilogue, written out independently of gpucg's."""
+    z = alpha * (x.astype(np.float64) @ w.astype(np.float64).T)
+    if b is not None:
+        z = z + b.astype(np.float64)
+    if r is not None and position == "before":
+        return act(z + beta * r.astype(np.float64), activation)
+    y = act(z, activation)
+    return y if r is None else y + beta * r.astype(np.float64)
+
+
+def close(got, want, dtype, scale):
+    """``got`` equals ``want`` within the dtype's rounding of the sums' size ``scale``."""
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if got.size:
+        err = np.abs(got.astype(np.float64) - want)
+        bound = TOL[dtype] * (scale + np.abs(want) + 1)
+        assert (err <= bound).all(), f"max error {err.max():.3g}"
+
+
+def arrays(dtype, *shapes):
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def impls(op, *types, target, **attrs):
+    from conftest import applicable
+
+    return [None] if target == "numpy" else applicable(op, *types, target=target, **attrs)
+
+
+SHAPES = [(1, 7, 5), (5, 33, 70), (16, 40, 2300), (17, 130, 65), (40, 100, 2100),
+          (130, 67, 33), (3, 5, 0), (0, 4, 3), (4, 0, 3)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_dense_every_implementation(target, m, n, k, dtype):
+    x, w, b = arrays(dtype, (m, k), (n, k), (n,))
+    types = [gpucg.tensor(a.shape, dtype) for a in (x, w, b)]
+    for impl in impls("dense", *types, target=target, activation="gelu"):
+        f = gpucg.compile("dense", *types, target=target, impl=impl, activation="gelu")
+        got = f(x, w, b)
+        assert got.dtype == np.dtype(dtype)
+        close(got, want_dense(x, w, b, activation="gelu"), dtype,
+              np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T)
+        if impl is not None:
+            assert f.last_impl == f"{impl}.{target}"
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "sigmoid", "tanh"])
+@pytest.mark.parametrize("position", ["after", "before"])
+def test_dense_epilogue(target, activation, position):
+    x, w, b, r = arrays("float32", (19, 23), (29, 23), (29,), (19, 29))
+    attrs = dict(activation=activation, alpha=0.75, beta=-1.5, residual_position=position)
+    got = gpucg.ops.dense(x, w, b, residual=r, target=target, **attrs)
+    want = want_dense(x, w, b, r, activation, 0.75, -1.5, position)
+    close(got, want, "float32", np.abs(x) @ np.abs(w).T + np.abs(r))
+    # a residual without a bias: the eager function passes a zero bias
+    got = gpucg.ops.dense(x, w, residual=r, target=target, activation=activation)
+    close(got, want_dense(x, w, None, r, activation), "float32", np.abs(x) @ np.abs(w).T)
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16", "float64"])
+def test_dense_out_dtype_and_float16(target, out_dtype):
+    x, w, b = arrays("float16", (20, 300), (33, 300), (33,))
+    r = rng.standard_normal((20, 33)).astype(out_dtype)
+    types = [gpucg.tensor(a.shape, a.dtype.name) for a in (x, w, b, r)]
+    for impl in impls("dense", *types, target=target, out_dtype=out_dtype):
+        got = gpucg.compile("dense", *types, target=target, impl=impl, out_dtype=out_dtype,
+                            activation="relu")(x, w, b, r)
+        assert got.dtype == np.dtype(out_dtype)
+        close(got, want_dense(x, w, b, r, "relu"), "float16",
+              np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T)
+
+
+MATMUL = [((7,), (7,)), ((7,), (7, 3)), ((4, 7), (7,)), ((3, 1, 5, 7), (2, 7, 4)),
+          ((2, 5, 7), (7, 4)), ((5, 0), (0, 3)), ((0, 4), (4, 2)), ((2, 3, 20, 33), (3, 33, 17)),
+          ((1, 9), (9, 300)), ((20, 2500), (2500, 5)), ((6, 2, 1, 4, 5), (2, 3, 5, 6))]
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL)
+def test_matmul_numpy_semantics(target, sa, sb):
+    for dtype in ("float32", "float64"):
+        a, b = arrays(dtype, sa, sb)
+        types = [gpucg.tensor(s, dtype) for s in (sa, sb)]
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        for impl in impls("matmul", *types, target=target):
+            got = gpucg.compile("matmul", *types, target=target, impl=impl)(a, b)
+            assert got.dtype == np.dtype(dtype)
+            close(got, want, dtype, np.matmul(np.abs(a), np.abs(b)))
+
+
+@pytest.mark.parametrize("ta,tb", list(itertools.product([False, True], repeat=2)))
+@pytest.mark.parametrize("batches", [(3, 3), (1, 4), (2, 1)])
+def test_batch_matmul(target, ta, tb, batches):
+    m, n, k = 9, 21, 13
+    a = rng.standard_normal((batches[0],) + ((k, m) if ta else (m, k))).astype(np.float32)
+    b = rng.standard_normal((batches[1],) + ((n, k) if tb else (k, n))).astype(np.float32)
+    want = np.matmul(np.swapaxes(a, 1, 2) if ta else a, np.swapaxes(b, 1, 2) if tb else b)
+    types = [gpucg.tensor(x.shape) for x in (a, b)]
+    for impl in impls("batch_matmul", *types, target=target, transpose_a=ta, transpose_b=tb):
+        got = gpucg.compile("batch_matmul", *types, target=target, impl=impl, transpose_a=ta,
+                            transpose_b=tb)(a, b)
+        close(got, want.astype(np.float64), "float32", np.abs(want) * k)
+
+
+def _forced(op, arrays_, impl, config, **attrs):
+    """Run ``impl`` on OpenCL with ``config`` instead of its default."""
+    types = [gpucg.tensor(x.shape, x.dtype.name) for x in arrays_]
+    f = gpucg.compile(op, *types, target="opencl", impl=impl, config=config, **attrs)
+    assert f.selection.choices[0].config == config
+    return f(*arrays_)
+
+
+TILES = [dict(BM=128, BN=128, BK=8, TM=8, TN=8, VW=4, DB=True),
+         dict(BM=64, BN=64, BK=16, TM=4, TN=4, VW=2, DB=True),
+         dict(BM=32, BN=64, BK=16, TM=2, TN=4, VW=2, DB=False),
+         dict(BM=16, BN=32, BK=32, TM=1, TN=2, VW=1, DB=True)]
+
+
+@pytest.mark.parametrize("config", TILES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
+def test_tile_knobs(config):
+    """The GPU defaults (vector loads, double buffering) run on PoCL too, on rows whose
+    length is and is not a multiple of the vector width."""
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    for (m, n, k), dtype, impl in (((130, 67, 36), "float32", "gemm_tiled"),
+                                   ((17, 130, 65), "float64", "gemm_tiled"),
+                                   ((40, 100, 2100), "float32", "gemm_splitk")):
+        x, w, b = arrays(dtype, (m, k), (n, k), (n,))
+        got = _forced("dense", [x, w, b], impl, config, activation="tanh")
+        close(got, want_dense(x, w, b, activation="tanh"), dtype, np.abs(x) @ np.abs(w).T)
+        a = rng.standard_normal((2, k, m)).astype(dtype)
+        got = _forced("batch_matmul", [a, w.T[None].copy()], impl, config, transpose_a=True)
+        close(got, np.matmul(np.swapaxes(a, 1, 2), w.T).astype(np.float64), dtype,
+              np.matmul(np.abs(np.swapaxes(a, 1, 2)), np.abs(w.T)))
+
+
+@pytest.mark.parametrize("config", [dict(WG=64, KS=64, NC=8, VW=4), dict(WG=256, KS=32, NC=1, VW=2),
+                                    dict(WG=128, KS=8, NC=2, VW=1)], ids=str)
+def test_gemv_knobs(config):
+    """Both mappings of the small-m kernel: B along K (dense; vector loads when K allows)
+    and B along the columns (matmul; scalar loads)."""
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    for m, n, k in ((3, 70, 66), (16, 9, 401), (5, 33, 64)):
+        x, w = arrays("float32", (m, k), (n, k))
+        close(_forced("dense", [x, w], "gemv", config), want_dense(x, w), "float32",
+              np.abs(x) @ np.abs(w).T)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        close(_forced("matmul", [x, b], "gemv", dict(config, VW=1)), (x @ b).astype(np.float64),
+              "float32", np.abs(x) @ np.abs(b))
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(0, 40), n=st.integers(0, 40), k=st.integers(0, 70), bias=st.booleans(),
+       index=st.sampled_from(["int32", "int64"]))
+def test_hypothesis_dense(m, n, k, bias, index):
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    x, w, b = arrays("float32", (m, k), (n, k), (n,))
+    ins = [x, w, b] if bias else [x, w]
+    types = [gpucg.tensor(a.shape) for a in ins]
+    for target in ("numpy", "opencl"):
+        for impl in impls("dense", *types, target=target, activation="relu"):
+            got = gpucg.compile("dense", *types, target=target, impl=impl, index=index,
+                                activation="relu")(*ins)
+            close(got, want_dense(x, w, b if bias else None, activation="relu"), "float32",
+                  np.abs(x) @ np.abs(w).T)
+
+
+def test_symbolic_m_dispatches_at_run_time(target):
+    m = gpucg.var("m")
+    f = gpucg.compile("dense", gpucg.tensor((m, 2048)), gpucg.tensor((64, 2048)), target=target)
+    if target == "numpy":
+        assert not f.selection.dynamic
+        return
+    assert f.selection.dynamic
+    assert "if m <= 16:" in f.dispatcher_source
+    w = rng.standard_normal((64, 2048)).astype(np.float32)
+    for rows, want in ((1, "gemv"), (16, "gemv"), (17, "gemm_splitk"), (4100, "gemm_tiled")):
+        x = rng.standard_normal((rows, 2048)).astype(np.float32)
+        close(f(x, w), want_dense(x, w), "float32", np.abs(x) @ np.abs(w).T)
+        assert f.last_impl == f"{want}.{target}"
+
+
+def test_explain_shows_the_small_m_specialization():
+    m = gpucg.var("m")
+    sel = gpucg.explain("dense", gpucg.tensor((m, 4096)), gpucg.tensor((4096, 4096)),
+                        target="cuda")
+    text = str(sel)
+    assert sel.dynamic and "gemv.cuda" in text and "m <= 16" in text
+    assert [c.impl.short_name for c in sel.choices] == ["gemv", "gemm_splitk", "gemm_tiled"]
+    static = gpucg.explain("dense", gpucg.tensor((8, 4096)), gpucg.tensor((4096, 4096)),
+                           target="cuda")
+    assert static.choices[0].impl.short_name == "gemv" and not static.dynamic
+
+
+BAD = [  # (op, shapes, dtypes, attrs, error, message)
+    ("dense", [(3, 4), (5, 6)], None, {}, gpucg.InputError, "inner dimensions do not match"),
+    ("dense", [(3, 4, 1), (5, 4)], None, {}, gpucg.InputError, "data must have rank 2"),
+    ("dense", [(3, 4), (5, 4), (6,)], None, {}, gpucg.InputError, r"bias must have shape \(5,\)"),
+    ("dense", [(3, 4), (5, 4), (5,), (3, 4)], None, {}, gpucg.InputError, "residual must have"),
+    ("dense", [(3, 4), (5, 4)], None, {"activation": "swish"}, gpucg.AttrError,
+     "activation='swish' is not allowed"),
+    ("dense", [(3, 4), (5, 4)], ["float32", "float64"], {}, gpucg.DTypeError, "mixed dtypes"),
+    ("dense", [(3, 4), (5, 4)], ["int32", "int32"], {}, gpucg.DTypeError, "not supported"),
+    ("dense", [(3, 4), (5, 4), (5,)], ["float32", "float32", "float16"], {}, gpucg.DTypeError,
+     "bias dtype float16"),
+    ("dense", [(3, 4), (5, 4)], None, {"alpha": "x"}, gpucg.AttrError, "alpha='x'"),
+    ("dense", [(3, 4), (5, 4)], None, {"residual_position": "middle"}, gpucg.AttrError,
+     "residual_position='middle'"),
+    ("matmul", [(3, 4), (5, 6)], None, {}, gpucg.InputError, "inner dimensions do not match"),
+    ("matmul", [(2, 3, 4), (3, 4, 6)], None, {}, gpucg.InputError, "do not broadcast"),
+    ("matmul", [(), (3,)], None, {}, gpucg.InputError, "rank >= 1"),
+    ("batch_matmul", [(2, 3, 4), (3, 4, 5)], None, {}, gpucg.InputError, "do not broadcast"),
+    ("batch_matmul", [(3, 4), (3, 4, 5)], None, {}, gpucg.InputError, "a must have rank 3"),
+    ("batch_matmul", [(2, 3, 4), (2, 3, 5)], None, {"transpose_b": 1}, gpucg.AttrError,
+     "transpose_b=1"),
+]
+
+
+@pytest.mark.parametrize("op,shapes,dtypes,attrs,err,msg", BAD)
+def test_bad_input(op, shapes, dtypes, attrs, err, msg):
+    dtypes = dtypes or ["float32"] * len(shapes)
+    with pytest.raises(err, match=msg):
+        gpucg.compile(op, *[gpucg.tensor(s, d) for s, d in zip(shapes, dtypes)], target="numpy",
+                      **attrs)
+
+
+def test_symbolic_inner_mismatch_is_checked_by_the_dispatcher():
+    k1, k2 = gpucg.var("k1"), gpucg.var("k2")
+    f = gpucg.compile("dense", gpucg.tensor((3, k1)), gpucg.tensor((5, k2)), target="numpy")
+    with pytest.raises(gpucg.InputError, match="data has 4 along k but weight has 6"):
+        f(np.ones((3, 4), np.float32), np.ones((5, 6), np.float32))
+    assert f(np.ones((3, 4), np.float32), np.ones((5, 4), np.float32)).shape == (3, 5)
+
+
+def test_empty_inner_dimension_gives_the_epilogue_of_zero(target):
+    b = np.arange(4, dtype=np.float32)
+    got = gpucg.ops.dense(np.ones((3, 0), np.float32), np.ones((4, 0), np.float32), b,
+                          activation="relu", target=target)
+    np.testing.assert_array_equal(got, np.tile(b, (3, 1)))
+    assert gpucg.ops.matmul(np.ones((0, 2), np.float32), np.ones((2, 3), np.float32),
+                            target=target).shape == (0, 3)
+
+
+def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
+    from gpucg.runtime import nvrtc
+
+    m, n, k, b = (gpucg.var(s) for s in "mnkb")
+    count = 0
+    for dtype in ("float16", "float32", "float64"):
+        t = lambda *s: gpucg.tensor(s, dtype)  # noqa: E731
+        calls = [("dense", [t(m, k), t(n, k), t(n), t(m, n)],
+                  dict(activation="gelu", alpha=2.0, beta=0.5, residual_position="before")),
+                 ("dense", [t(m, k), t(n, k)], dict(out_dtype="float32", activation="sigmoid")),
+                 ("matmul", [t(b, 1, m, k), t(3, k, n)], {}),
+                 ("matmul", [t(k), t(b, k, n)], {}),
+                 ("batch_matmul", [t(b, k, m), t(b, n, k)], dict(transpose_a=True,
+                                                                  transpose_b=True))]
+        for op, types, attrs in calls:
+            f = gpucg.compile(op, *types, target="cuda -arch=sm_90", **attrs)
+            for key, src in f.sources.items():
+                assert ".entry" in nvrtc.compile_to_ptx(src, "sm_90"), key
+                count += 1
+    assert count >= 60
