@@ -130,6 +130,6 @@ def test_cli_resources_traffic(oclgrind_or_skip, nvrtc_or_skip, capsys):
     assert cli.main(["resources", "relu", "--input", "3,1001:float32", "--arch", "sm_80",
                      "--traffic"]) == 0
     out = capsys.readouterr().out
-    assert "injective.cuda*" in out
-    assert ("relu [Tensor[(3, 1001), float32]] injective.opencl: 12,012 B loaded + 12,012 B "
+    assert "ew_contiguous.cuda*" in out
+    assert ("relu [broadcast, odd sizes] ew_contiguous.opencl: 12,012 B loaded + 12,012 B "
             "stored = 1.00x the compulsory 24,024 B") in out
