@@ -8,9 +8,13 @@ from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
 from .elementwise import add, relu
-from .reduce import sum  # noqa: A004
+from .norm import layer_norm, log_softmax, rms_norm, softmax
+from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
+                     sum)
 from .scan import cumprod, cumsum
 from .topk import argsort, sort, topk
 
 __all__ = ["add", "argsort", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
-           "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform"]
+           "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform",
+           "all", "any", "argmax", "argmin", "max", "mean", "min", "prod",
+           "layer_norm", "log_softmax", "rms_norm", "softmax"]
