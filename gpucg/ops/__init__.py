@@ -9,6 +9,7 @@ from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
 from .elementwise import add, relu
 from .norm import layer_norm, log_softmax, rms_norm, softmax
+from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
 from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
                      sum)
 from .scan import cumprod, cumsum
@@ -17,4 +18,5 @@ from .topk import argsort, sort, topk
 __all__ = ["add", "argsort", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
            "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform",
            "all", "any", "argmax", "argmin", "max", "mean", "min", "prod",
-           "layer_norm", "log_softmax", "rms_norm", "softmax"]
+           "layer_norm", "log_softmax", "rms_norm", "softmax",
+           "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d"]
