@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import sympy
 
 from ..errors import AttrError, DTypeError, InputError, describe, require_int
 from ..eager import call
-from ..op import Case, KernelInfo, OpPattern, register_op
+from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, normalize_axis
 
 DTYPES = ("float16", "float32", "float64")
@@ -73,16 +74,27 @@ def _rel(op: str, params: tuple):
         if x.dtype not in DTYPES:
             raise DTypeError(f"{op}: x dtype {x.dtype!r} is not supported; allowed: "
                              f"{', '.join(DTYPES)}")
-        axis = normalize_axis(attrs.axis, x.ndim, f"{op}: axis")
-        n = x.shape[axis]
+        normalize_axis(attrs.axis, x.ndim, f"{op}: axis")
         for name, t in zip(params, inputs[1:]):
             if t.dtype != x.dtype:
                 raise DTypeError(f"{op}: {name} dtype {t.dtype} must equal x's ({x.dtype})")
-            if tuple(t.shape) != (n,):
-                raise InputError(f"{op}: {name} has shape {tuple(t.shape)}, but it must be "
-                                 f"({n},), the length of axis {attrs.axis} of x {tuple(x.shape)}")
+            if t.ndim != 1:
+                raise InputError(f"{op}: {name} has rank {t.ndim}, but it must be 1-D, of the "
+                                 f"length of axis {attrs.axis} of x")
         return TensorType(x.shape, x.dtype)
     return rel
+
+
+def _constraints(op: str, params: tuple):
+    """gamma and beta have the length of the normalized axis (checked when sizes are known)."""
+    def constraints(inputs, attrs):
+        x = inputs[0]
+        n = sympy.sympify(x.shape[normalize_axis(attrs.axis, x.ndim, f"{op}: axis")])
+        return [Constraint(sympy.Eq(sympy.sympify(t.shape[0]), n),
+                           f"{op}: {name} has shape ({{}},), but it must be ({{}},), the length "
+                           f"of axis {attrs.axis} of x", (t.shape[0], n))
+                for name, t in zip(params, inputs[1:]) if t.ndim == 1]
+    return constraints
 
 
 def _along(v: np.ndarray, ndim: int, axis: int) -> np.ndarray:
@@ -142,6 +154,7 @@ for _op, _attrs, _params, _doc in (
          "(x - mean) / sqrt(var + eps) * gamma + beta along an axis."),
         ("rms_norm", RmsNormAttrs, ("gamma",), "x / sqrt(mean(x^2) + eps) * gamma along an axis.")):
     register_op(_op, attrs=_attrs, num_inputs=1 + len(_params), type_rel=_rel(_op, _params),
+                constraints=_constraints(_op, _params),
                 pattern=OpPattern.OPAQUE, reference=reference(_op),
                 input_names=("x",) + _params, cases=_cases(_op, _params), doc=_doc,
                 # float16 is loaded and stored only; the kernels compute in float32

@@ -136,8 +136,8 @@ def _spaces(on_cpu: bool) -> dict:
                               {"wg": 1, "online": False, "unroll": 8} if on_cpu else
                               {"wg": 256, "online": True, "unroll": 2}),
         "split": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
-                              "unroll": unroll, "per_item": (16, 64, 256, 4096),
-                              "groups": (8, 64, 256, 1024)},
+                              "unroll": unroll, "per_item": (16, 256, 4096),
+                              "groups": (8, 256, 1024)},
                              {"wg": 1, "online": False, "unroll": 8, "per_item": 4096,
                               "groups": 8} if on_cpu else
                              {"wg": 256, "online": True, "unroll": 2, "per_item": 16,

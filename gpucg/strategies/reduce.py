@@ -177,11 +177,11 @@ def _spaces(on_cpu: bool) -> dict:
     """Config spaces of each implementation; a CPU gets one work-item a row or column."""
     # two_pass: argmax/argmin find the extreme value, then its first index (a CPU vectorizes
     # that; a GPU tracks indices in one pass)
-    rows = {"wg": (1, 16, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
+    rows = {"wg": (1, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
             "two_pass": (False, True)}
-    split = {**rows, "per_item": (4, 16, 64, 256, 4096), "groups": (8, 64, 256, 1024, 4096)}
-    cols = {"tx": (1, 8, 16, 32, 64), "ty": (1, 2, 4, 8, 16, 32), "vec": (1, 2, 4, 8, 16, 32, 64, 128, 256),
-            "per_item": (4, 16, 64, 256), "groups": (8, 64, 256, 1024, 4096)}
+    split = {**rows, "per_item": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
+    cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 16, 64, 128, 256),
+            "per_item": (16, 256), "groups": (8, 256, 1024, 4096)}
     # a work-group of at most 1024 work-items, and its tree in at most 32 KiB of local memory
     fits = (lambda c: c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768)
     if on_cpu:
@@ -192,6 +192,9 @@ def _spaces(on_cpu: bool) -> dict:
         d_rows, d_cols = {"wg": 256, "unroll": 2, "two_pass": False}, {"tx": 32, "ty": 8, "vec": 2}
         d_split = dict(d_rows, per_item=16, groups=1024)
         d_cols.update(per_item=16, groups=1024)
+    # the passes reduce separate runs of axes, without splitting a pass (no argmax either)
+    passes = {"wg": rows["wg"], "unroll": rows["unroll"], "tx": cols["tx"], "ty": cols["ty"],
+              "vec": cols["vec"]}
     return {
         "warp": ConfigSpace({"wg": (64, 128, 256), "lanes": (4, 8, 16, 32), "unroll": (1, 2, 4),
                              "two_pass": (False, True)},
@@ -199,7 +202,8 @@ def _spaces(on_cpu: bool) -> dict:
         "group": ConfigSpace(rows, d_rows),
         "split": ConfigSpace(split, d_split),
         "cols": ConfigSpace(cols, d_cols, constraint=fits),
-        "passes": ConfigSpace({**cols, **rows}, dict(d_cols, **d_rows), constraint=fits),
+        "passes": ConfigSpace(passes, {k: {**d_rows, **d_cols}[k] for k in passes},
+                              constraint=fits),
     }
 
 
@@ -216,7 +220,8 @@ def gpu_strategy_for(op: str, axes_of):
         acc = acc_dtype(op, x.dtype)
         # float16 is storage only: the kernels load and store float32 values
         params = dict(op=op, in_dtype=_value(x.dtype), acc_dtype=acc, out_dtype=_value(y.dtype),
-                      in_half=x.dtype == "float16", out_half=y.dtype == "float16")
+                      in_half=x.dtype == "float16", out_half=y.dtype == "float16",
+                      two_pass=False)
         info = ReduceInfo(op, axes, acc)
         spaces = _spaces(target.on_cpu)
         views = passes(x.shape, axes)
@@ -252,12 +257,12 @@ def numpy_reduce(op: str, x: np.ndarray, axes: tuple, keepdims: bool, out_dtype:
     """``op`` over ``axes`` by NumPy (float16 accumulated in float32, as the kernels do)."""
     if op in ARG_OPS:
         fn = np.argmax if op == "argmax" else np.argmin
-        return fn(x, axis=axes[0] if len(axes) == 1 else None, keepdims=keepdims)
+        return np.asarray(fn(x, axis=axes[0] if len(axes) == 1 else None, keepdims=keepdims))
     if op == "mean":
         count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
         total = np.sum(x, axis=axes, keepdims=keepdims, dtype=acc_dtype(op, x.dtype.name))
         with np.errstate(invalid="ignore", divide="ignore"):  # the mean of nothing is NaN
-            return np.true_divide(total, count).astype(out_dtype, copy=False)
+            return np.asarray(np.true_divide(total, count)).astype(out_dtype, copy=False)
     fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "all": np.all,
           "any": np.any}[op]
     kw = {"dtype": acc_dtype(op, x.dtype.name)} if op in ("sum", "prod") else {}
