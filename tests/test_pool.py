@@ -124,9 +124,9 @@ def test_hypothesis_numpy(data):
         st.sampled_from(["SAME", "SAME_LOWER", "VALID"]),
         st.tuples(*(st.integers(0, span[i % 2] - 1) for i in range(4)))))
     pads = (0, 0, 0, 0) if isinstance(padding, str) else padding
-    if padding in ("VALID",) or not isinstance(padding, str):
-        if h + pads[0] + pads[2] < span[0] or w + pads[1] + pads[3] < span[1]:
-            padding, pads = "SAME", None
+    if (padding == "VALID" or not isinstance(padding, str)) \
+            and (h + pads[0] + pads[2] < span[0] or w + pads[1] + pads[3] < span[1]):
+        padding = "SAME"  # the window would not fit
     attrs = dict(kernel=(kh, kw), strides=(data.draw(st.integers(1, 3)),
                                            data.draw(st.integers(1, 3))),
                  padding=padding, dilation=(dh, dw), ceil_mode=data.draw(st.booleans()),
@@ -145,8 +145,8 @@ def test_bad_input():
         (dict(kernel=3, padding=3), gpucg.AttrError,
          r"the top padding 3 must be smaller than the window's span 3"),
         (dict(kernel=3, dilation=2, padding=(0, 0, 5, 0)), gpucg.AttrError, "bottom padding 5"),
-        (dict(kernel=5), gpucg.InputError, r"max_pool2d: the window \(5 with dilation 1\) is "
-                                           "larger than the padded input height 4"),
+        (dict(kernel=5), gpucg.InputError,
+         r"max_pool2d: the window \(5 with dilation 1\) is larger than the padded input height 4"),
         (dict(kernel=(1, 3), dilation=(1, 2)), gpucg.InputError, "padded input width 4"),
         (dict(kernel=2, layout="NCWH"), gpucg.AttrError, "layout='NCWH'"),
         (dict(kernel=2, padding="SAME_UPPERISH"), gpucg.AttrError, "allowed strings"),

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..errors import AttrError, DTypeError, InputError, describe, require_int
 from ..eager import call
+from ..errors import AttrError, DTypeError, InputError, describe, require_int
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, normalize_axis
 

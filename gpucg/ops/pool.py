@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..errors import AttrError, DTypeError, InputError, require_bool
 from ..eager import call
+from ..errors import AttrError, DTypeError, InputError, require_bool
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType
 from ._window import choice, is_same, normalize_padding, out_size, pair, same_pads

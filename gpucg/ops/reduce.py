@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..errors import DTypeError, require_bool
 from ..eager import call
+from ..errors import DTypeError, require_bool
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import DTYPES, TensorType
 from ._axes import axis_attr, normalize_axes, reduced_count, reduced_shape
