@@ -234,7 +234,7 @@ def gpu_strategy_for(op: str, axes_of):
             outer, n, inner = views[0]
             rows = sympy.Eq(inner, 1)
             # a CPU core streams one row best; GPUs want many work-items on each row
-            p = (9, 8, 12, 11) if target.on_cpu else (14, 13, 12, 11)
+            p = (9, 13, 12, 11) if target.on_cpu else (14, 13, 12, 11)
             add(REDUCE_WARP, p[0], "warp", sympy.And(rows, n <= WARP_N_MAX))
             add(REDUCE_SPLIT, p[1], "split",
                 sympy.And(rows, n >= SPLIT_N_MIN, outer < SPLIT_ROWS_MAX))
