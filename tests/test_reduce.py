@@ -293,3 +293,16 @@ def test_cuda_sources_compile_with_nvrtc(nvrtc_or_skip):
     assert {k.split(".")[0] for k in keys} == {"reduce_warp", "reduce_split", "reduce_group",
                                                "reduce_cols", "reduce_passes"}
     assert any(k.endswith("@i64") for k in keys)
+
+
+def test_explain_on_the_command_line_shows_the_row_length_dispatch(capsys):
+    from gpucg.cli import main
+
+    assert main(["explain", "sum", "--input", "m,n:float32", "--attr", "axis=1",
+                 "--target", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "dispatch at run time" in out and "reduce_warp.cuda" in out and "n <= 512" in out
+    assert main(["explain", "mean", "--input", "m,3,n:float32", "--attr", "axis=[0, 2]",
+                 "--target", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "reduce_passes.cuda" in out and "selected" in out and "separate runs" in out
