@@ -40,8 +40,8 @@ def normalize_padding(value):
             return "SAME"
         if key == "SAME_LOWER":
             return "SAME_LOWER"
-        raise AttrError(f"padding={value!r} is not allowed; allowed strings: 'SAME' "
-                        "('SAME_UPPER'), 'SAME_LOWER', 'VALID'")
+        raise AttrError(f"padding={value!r} is not allowed; allowed strings: 'SAME', 'VALID', "
+                        "'SAME_LOWER' ('SAME_UPPER' is 'SAME')")
     if isinstance(value, (list, tuple)):
         if len(value) not in (2, 4):
             raise AttrError(f"padding={describe(value)} has {len(value)} values; allowed: an int, "
