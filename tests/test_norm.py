@@ -26,6 +26,14 @@ def check(op, got, x, params, axis=-1, tag="", **attrs):
     tol = {np.float16: 2e-3, np.float32: 2e-5, np.float64: 1e-12}[x.dtype.type]
     if op in ("layer_norm", "rms_norm"):
         tol *= 4
+    if op == "layer_norm" and x.size and np.isfinite(x).all():
+        # x - mean cancels: rows whose values are close lose digits in any float32 evaluation
+        x64 = x.astype(np.float64)
+        spread = np.std(x64, axis=axis, keepdims=True)
+        big = np.max(np.abs(x64), axis=axis, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cond = np.where(spread > 0, big / spread, 1.0)
+        tol *= max(1.0, float(np.max(cond)))
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
                                atol=tol, equal_nan=True, err_msg=f"{op} {tag}")
 
