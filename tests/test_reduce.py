@@ -167,7 +167,7 @@ def test_every_implementation_forced():
 
 def test_a_cpu_device_runs_its_own_defaults():
     """On an OpenCL CPU device (PoCL) the kernels run with one work-item a row or column and
-    argmax finds the maximum first, then its index."""
+    argmax takes each block's maximum, then searches for its index where the block wins."""
     from conftest import backend_or_skip
 
     backend_or_skip("opencl")
@@ -179,8 +179,10 @@ def test_a_cpu_device_runs_its_own_defaults():
                           target="opencl -device=cpu")
         check(f(x), reference(op, x, axis=axis), x, f"{op} {f.last_impl}")
     x = rng.standard_normal((2, 5000)).astype(np.float32)
-    x[0, 17] = x[0, 4000] = 50.0  # ties: the first index
-    assert _forced("argmax", x, 1, "reduce_group", target="opencl -device=cpu")[0] == 17
+    x[0, 17] = x[0, 4000] = 50.0  # ties across blocks: the first index
+    x[1, 3000] = x[1, 3001] = np.nan  # the first NaN, in a later block
+    assert _forced("argmax", x, 1, "reduce_group", target="opencl -device=cpu").tolist() == \
+        [17, 3000]
     for shape in [(9, 16400), (2, 70001)]:  # a row a work-group, and rows split in chunks
         x = rng.standard_normal(shape).astype(np.float32)
         check(_forced("sum", x, 1, "reduce_split", target="opencl -device=cpu"), np.sum(x, 1), x)

@@ -34,6 +34,8 @@ from ..shape import product
 from ..strategy import Strategy
 
 WARP_N_MAX = 512
+#: elements of a block of the two-pass argmax/argmin (4 KiB of float32: in L1 for the search)
+ARG_BLOCK = 1024
 SPLIT_N_MIN = 16384
 SPLIT_ROWS_MAX = 1024
 
@@ -175,8 +177,8 @@ REDUCE_PASSES = kernel_impl("reduce_passes", _passes_run, **{
 
 def _spaces(on_cpu: bool) -> dict:
     """Config spaces of each implementation; a CPU gets one work-item a row or column."""
-    # two_pass: argmax/argmin find the extreme value, then its first index (a CPU vectorizes
-    # that; a GPU tracks indices in one pass)
+    # two_pass: argmax/argmin find each block's extreme value, then its first index where the
+    # block beats the best so far (a CPU vectorizes that; a GPU tracks indices in one pass)
     rows = {"wg": (1, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
             "two_pass": (False, True)}
     split = {**rows, "per_item": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
@@ -221,7 +223,7 @@ def gpu_strategy_for(op: str, axes_of):
         # float16 is storage only: the kernels load and store float32 values
         params = dict(op=op, in_dtype=_value(x.dtype), acc_dtype=acc, out_dtype=_value(y.dtype),
                       in_half=x.dtype == "float16", out_half=y.dtype == "float16",
-                      two_pass=False)
+                      two_pass=False, block=ARG_BLOCK)
         info = ReduceInfo(op, axes, acc)
         spaces = _spaces(target.on_cpu)
         views = passes(x.shape, axes)
