@@ -18,7 +18,7 @@ import sympy
 from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, describe, require_int
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
-from ..shape import TensorType, normalize_axis
+from ..shape import TensorType, normalize_axis, var
 
 DTYPES = ("float16", "float32", "float64")
 SOFTMAX_OPS = ("softmax", "log_softmax")
@@ -160,9 +160,9 @@ for _op, _attrs, _params, _doc in (
                 # float16 is loaded and stored only; the kernels compute in float32
                 kernel_info=KernelInfo(storage_dtypes=("float16",)),
                 # the kernels are specialized on nothing: every size may be symbolic
-                example=lambda p=_params: ((TensorType((64, 1024), "float32"),)
-                                           + tuple(TensorType((1024,), "float32") for _ in p),
-                                           {}))
+                example=lambda p=_params: ((TensorType((var("m"), var("n")), "float32"),)
+                                           + tuple(TensorType((var("n"),), "float32")
+                                                   for _ in p), {}))
 
 
 def softmax(x, axis=-1, *, target=None):

@@ -21,7 +21,7 @@ import sympy
 from ..eager import call
 from ..errors import DTypeError, require_bool
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
-from ..shape import DTYPES, TensorType
+from ..shape import DTYPES, TensorType, var
 from ._axes import axis_attr, normalize_axes, reduced_count, reduced_shape
 
 #: every dtype the reductions accept
@@ -163,6 +163,7 @@ for _op in OPS:
         _op, attrs=ArgReduceAttrs if _op in ARG_OPS else ReduceAttrs, num_inputs=1,
         type_rel=_type_rel(_op), pattern=OpPattern.REDUCE, reference=_reference(_op),
         input_names=("x",), constraints=_constraints(_op), cases=_cases(_op),
+        example=lambda: ((TensorType((var("m"), var("n")), "float32"),), {"axis": -1}),
         # float16 is loaded and stored only; the kernels reduce in float32
         kernel_info=KernelInfo(storage_dtypes=("float16",)),
         doc=f"np.{_op} over axis (None, an int{'' if _op in ARG_OPS else ' or a tuple'}), "
