@@ -224,3 +224,13 @@ def test_cuda_sources_compile_with_nvrtc(nvrtc_or_skip):
                 keys |= set(f.sources)
     assert {k.split(".")[0] for k in keys} == {"norm_warp", "norm_split", "norm_group",
                                                "norm_blocks", "norm_cols"}
+
+
+def test_bench_softmax_quick(capsys):
+    """The benchmark runs (not a speed test): errors against float64, GB/s, goals."""
+    from gpucg.cli import main
+
+    assert main(["bench", "softmax", "--quick", "--repeat", "1", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "numpy softmax" in out and "numpy layer_norm" in out and "max abs err" in out
+    assert '"goals"' in out

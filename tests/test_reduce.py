@@ -308,3 +308,13 @@ def test_explain_on_the_command_line_shows_the_row_length_dispatch(capsys):
                  "--target", "cuda"]) == 0
     out = capsys.readouterr().out
     assert "reduce_passes.cuda" in out and "selected" in out and "separate runs" in out
+
+
+def test_bench_reduce_quick(capsys):
+    """The benchmark runs (not a speed test): every row checked, GB/s, the goals' verdicts."""
+    from gpucg.cli import main
+
+    assert main(["bench", "reduce", "--quick", "--repeat", "1", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "np.sum" in out and "np.argmax" in out and "GB/s" in out and "DIFFERS" not in out
+    assert "reduce_cols" in out and '"goals"' in out
