@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test opencl-runtime torch-cpu bench clean
+.PHONY: demo test opencl-runtime oclgrind torch-cpu bench resources-json clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,17 @@ opencl-runtime:
 	    || echo "warning: could not install pocl-opencl-icd; OpenCL may be unusable here"; \
 	fi
 
+# Oclgrind, a simulated OpenCL GPU that checks every memory access (tests/test_oclgrind.py and
+# the memory traffic figures); like PoCL, from the distribution when run as root.
+oclgrind:
+	@if ! [ -e /usr/lib/oclgrind/liboclgrind-rt-icd.so ] && command -v apt-get >/dev/null 2>&1 \
+	    && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing the distribution's Oclgrind (the race and bounds checker)"; \
+	  apt-get install -y -q oclgrind >/dev/null 2>&1 \
+	    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q oclgrind >/dev/null 2>&1; } \
+	    || echo "warning: could not install oclgrind; the Oclgrind checks will fail (GPUCG_REQUIRE)"; \
+	fi
+
 demo: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[opencl,nvrtc]"
 	$(VENV)/bin/gpucg demo
@@ -31,10 +42,16 @@ torch-cpu: $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
 	    || echo "note: torch==2.13.0+cpu is not installable here; the torch interop tests skip"
 
-test: $(PY) opencl-runtime
+test: $(PY) opencl-runtime oclgrind
 	$(PY) -m pip install -q -e ".[test]"
 	@$(MAKE) --no-print-directory torch-cpu
-	GPUCG_REQUIRE=opencl,nvrtc GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m pytest -q
+	GPUCG_REQUIRE=opencl,nvrtc,oclgrind GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m pytest -q
+
+# Rewrite tests/resources.json, the figures tests/test_resources.py and tests/test_oclgrind.py
+# compare against (ptxas resources of every default config, Oclgrind traffic); review its diff.
+resources-json: $(PY) opencl-runtime oclgrind
+	$(PY) -m pip install -q -e ".[test]"
+	GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m gpucg.runtime.baseline tests/resources.json
 
 bench: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[opencl]"

@@ -25,6 +25,8 @@ from .op import (Case, KernelInfo, OpPattern, get_op, list_ops, register_gradien
                  register_schedule, register_strategies, register_strategy)
 from .compiled import CompiledOp, compile, explain  # noqa: A004
 from .autodiff import grad
+from .runtime.resources import resources
+from .autotune.tuner import tune
 from . import builtin as _builtin
 from .strategies.generic import (register_broadcast_schedule, register_injective_schedule,
                                  register_reduce_schedule)
@@ -49,5 +51,5 @@ __all__ = [
     "register_broadcast_schedule", "register_gradient", "register_injective_schedule",
     "register_op",
     "register_reduce_schedule", "register_schedule", "register_strategies", "register_strategy",
-    "register_target_kind", "stats", "targets", "tensor", "var",
+    "register_target_kind", "resources", "stats", "targets", "tensor", "tune", "var",
 ]

@@ -1,4 +1,5 @@
-"""The ``gpucg`` command: targets, ops, dump, explain, run, demo, bench."""
+"""The ``gpucg`` command: targets, ops, dump, explain, resources, run, demo, bench, tune,
+records."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def cmd_ops(args) -> int:
             except Exception as exc:  # a user-registered strategy may fail; keep listing
                 print(f"  {target}: {type(exc).__name__}: {exc}")
                 continue
-            for impl in strategy.implementations:
+            for impl in strategy.offered():
                 cond = impl.describe_condition()
                 print(f"  {target:<18} {impl.name:<22} plevel {impl.plevel:>3}  if {cond}"
                       f"  (for {shown})")
@@ -125,7 +126,59 @@ def cmd_dump(args) -> int:
 def cmd_explain(args) -> int:
     compiled = _compile(args)
     print(compiled.selection)
+    from .runtime import nvrtc
+
+    if compiled.target.kind == "cuda" and nvrtc.available()[0]:
+        from .runtime.resources import explain_lines
+
+        print("resources (ptxas via NVRTC; `gpucg resources` for every implementation):")
+        print("\n".join(explain_lines(compiled)))
     return 0
+
+
+def cmd_resources(args) -> int:
+    from .runtime import resources as res
+
+    sizes = dict(_size(t) for t in args.size)
+    types = [_bind(parse_input(t), sizes) for t in args.input]
+    attrs = dict(parse_attr(a) for a in args.attr)
+    rows = res.resources(args.op, *types, target=f"cuda -arch={args.arch}", impl=args.impl,
+                         all_configs=args.all_configs, **attrs)
+    results = []
+    if args.traffic:
+        from .runtime import oclgrind
+
+        ok, why = oclgrind.available()
+        if not ok:
+            raise InputError(f"--traffic needs Oclgrind: {why}")
+        results = oclgrind.traffic([args.op])
+    if args.json:
+        print(json.dumps({"rows": [dict(vars(r), spills=r.spills) for r in rows],
+                          "traffic": [{"case": r.label, "impl": r.impl, "loaded": r.loaded,
+                                       "stored": r.stored, "compulsory": r.compulsory,
+                                       "error": r.error} for r in results]}, indent=1))
+        return 0
+    print(f"{args.op} on {args.arch} (ptxas via NVRTC; * = what selection picks):")
+    print(res.format_rows(rows))
+    if args.traffic:
+        print(f"global memory traffic on Oclgrind, the {args.op} small cases:")
+        for r in results:
+            print("  " + oclgrind.traffic_line(r))
+    return 0
+
+
+def _size(text: str):
+    name, _, value = text.partition("=")
+    if not value.isdigit() or not name.isidentifier():
+        raise InputError(f"--size {text!r} must look like NAME=INT")
+    return shape.var(name), int(value)
+
+
+def _bind(t, sizes):
+    """A tensor type with the --size values put in for its symbols."""
+    return shape.tensor(tuple(int(shape.evaluate(d, sizes)) if all(s in sizes for s in
+                                                                     getattr(d, "free_symbols", ()))
+                              else d for d in t.shape), t.dtype)
 
 
 def random_input(t, sizes: dict, rng) -> np.ndarray:
@@ -257,6 +310,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("explain", help="the selection report")
     op_args(sp)
     sp.set_defaults(fn=cmd_explain)
+    sp = sub.add_parser("resources", help="registers, shared memory, spills and occupancy of "
+                        "each CUDA kernel, from ptxas (no GPU needed)")
+    sp.add_argument("op")
+    sp.add_argument("--input", action="append", default=[], required=True,
+                    help="DIMS:DTYPE with constant sizes (or --size), once per input")
+    sp.add_argument("--attr", action="append", default=[], help="NAME=VALUE (JSON or string)")
+    sp.add_argument("--size", action="append", default=[], help="NAME=INT for symbolic dims")
+    sp.add_argument("--arch", default="sm_90", help="CUDA architecture (sm_80, sm_86, sm_89, "
+                    "sm_90, ...)")
+    sp.add_argument("--impl", help="one implementation (default: every one that applies)")
+    sp.add_argument("--all-configs", action="store_true", help="every config of each space")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--traffic", action="store_true", help="also the global memory bytes the "
+                    "selected kernels move on the operator's small cases (Oclgrind)")
+    sp.set_defaults(fn=cmd_resources)
     sp = sub.add_parser("run", help="run on random inputs, time, and --check against NumPy")
     op_args(sp)
     sp.add_argument("--size", action="append", default=[], help="NAME=INT for symbolic dims")
@@ -272,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("op", choices=sorted(BENCHMARKS))
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_bench)
+    from .autotune.cli import add_verbs  # tune, records
+
+    add_verbs(sub, op_args, parse_input, parse_attr)
     return p
 
 

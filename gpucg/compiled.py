@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from . import codegen, dispatch as _dispatch
+from .autotune import records as _records
 from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
 from .interop import ingest_all, native_kind
 from .op import get_op
@@ -37,7 +38,11 @@ class Launcher:
 
     def __call__(self, *args, grid: int, block: int) -> None:
         ctx = self.ctx
-        ctx.compiled.program(ctx.index, self.key, ctx.wide)(*args, grid=grid, block=block)
+        compiled = ctx.compiled
+        program = compiled.program(ctx.index, self.key, ctx.wide)
+        if compiled.launch_check is not None:
+            compiled.launch_check(program, self.key, grid, block)
+        program(*args, grid=grid, block=block)
 
 
 class RunContext:
@@ -112,10 +117,12 @@ class CompiledOp:
         dispatcher_source: the generated Python that checks the arguments and picks a kernel.
         sources: kernel name -> kernel source, for every implementation the dispatcher may run.
         last_impl: the name of the implementation the most recent call ran (None before one).
+        launch_check: None, or ``f(program, kernel key, grid, block)`` called before each
+            launch; it may raise to stop the launch (the tuner's device-limit checks).
     """
 
     def __init__(self, op_name: str, input_types, target=None, records=None, impl=None,
-                 index: str = "auto", **attrs):
+                 index: str = "auto", config=None, **attrs):
         self.op = get_op(op_name)
         self.attrs = self.op.make_attrs(**attrs)
         self.input_types = tuple(input_types)
@@ -131,9 +138,13 @@ class CompiledOp:
         checks = size_checks(self.op, self.input_types, self.attrs)
         strategy = self.op.strategy(self.attrs, self.input_types, self.output_types,
                                     target=self.target)
+        if config is not None and impl is None:
+            raise InputError(f"{op_name}: config={config!r} needs impl= (the implementation "
+                             "whose knobs it sets)")
         if impl is not None:
-            strategy, check = force(strategy, impl, op_name, self.target)
+            strategy, check = force(strategy, impl, op_name, self.target, config)
             checks += check
+        records = None if config is not None else _records.resolve(records)
         self.selection: Selection = select(op_name, strategy, self.input_types, self.output_types,
                                            dataclasses.asdict(self.attrs), self.target, records)
         if backend_status(self.target.backend)[0]:
@@ -154,6 +165,7 @@ class CompiledOp:
         self._out_dtypes = tuple(np.dtype(t.dtype) for t in self.output_types)
         self._lock = threading.Lock()
         self.last_impl: str | None = None
+        self.launch_check = None
 
     # -- sources ----------------------------------------------------------------------------
     @property
@@ -309,6 +321,14 @@ class CompiledOp:
             return out
         return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)
 
+    def bind(self, *native_arrays):
+        """A function of no arguments that runs this operator on arrays of its target, with
+        the dispatcher's checks done once, here (timing loops: the tuner). It returns the
+        outputs as a call does."""
+        index, out_shapes, wide = self._plan(*native_arrays)
+        inputs = self.prepare(native_arrays)
+        return lambda: self._run(index, inputs, out_shapes, wide, False)
+
     def plan(self, *native_arrays):
         """(choice index, output shapes, 64-bit indexing) the dispatcher picks for these
         arrays, without running anything."""
@@ -316,18 +336,21 @@ class CompiledOp:
 
 
 def compile(op: str, *input_types, target=None, records=None, impl=None, index="auto",  # noqa: A001
-            **attrs) -> CompiledOp:
+            config=None, **attrs) -> CompiledOp:
     """Compile an operator for input types (shapes may hold gpucg.var symbols).
 
     Args:
         op: the operator's name ("cumsum").
         input_types: one ``gpucg.tensor(shape, dtype)`` per input.
         target: "cuda", "opencl", "numpy" (with options such as "cuda -arch=sm_90"), or None.
-        records: tuning records to select with (gpucg.autotune.RecordList).
+        records: tuning records to select with: None for the default location (GPUCG_RECORDS,
+            read once per process), False for none, a path, or a gpucg.autotune.RecordList.
         impl: the name of one implementation to use instead of selecting (e.g. "direct"), for
             tests, comparisons and benchmarks; its condition is still checked, at run time if
             need be.
         index: "auto" (64-bit indexing only when a size needs it), "int32" or "int64" (always).
+        config: with ``impl``, its knobs (``{"wg": 128}``) instead of its default config or a
+            tuned one.
         attrs: the operator's attributes.
 
     Example:
@@ -337,7 +360,7 @@ def compile(op: str, *input_types, target=None, records=None, impl=None, index="
         (3, 1024)
     """
     return CompiledOp(op, input_types, target=target, records=records, impl=impl, index=index,
-                      **attrs)
+                      config=config, **attrs)
 
 
 def explain(op: str, *input_types, target=None, records=None, **attrs) -> Selection:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import keyword
 
 import sympy
@@ -23,16 +24,24 @@ def _param_names(input_names, symbols) -> list[str]:
 
 
 def _bare(src: str) -> str:
-    """``src`` without parentheses around the whole of it: "(n >= 300)" -> "n >= 300"."""
-    while src.startswith("(") and src.endswith(")"):
-        depth = 0
-        for i, ch in enumerate(src):
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth == 0 and i < len(src) - 1:
-                return src
-        src = src[1:-1]
-    return src
+    """A Python expression as a person writes it: only the parentheses precedence needs
+    ("((n >= 300) and (m <= 8))" -> "n >= 300 and m <= 8", "1 + ((-1 + h) // 2)" ->
+    "1 + (-1 + h) // 2")."""
+    return ast.unparse(ast.parse(src, mode="eval"))
+
+
+_INVERSE = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt, ast.Eq: ast.NotEq,
+            ast.NotEq: ast.Eq}
+
+
+def _negated(src: str) -> str:
+    """``not (src)`` as a person writes it: one comparison turned around ("m >= 300" ->
+    "m < 300"), else ``not (...)``."""
+    tree = ast.parse(src, mode="eval").body
+    if isinstance(tree, ast.Compare) and len(tree.ops) == 1 and type(tree.ops[0]) in _INVERSE:
+        tree.ops = [_INVERSE[type(tree.ops[0])]()]
+        return ast.unparse(tree)
+    return _bare(f"not ({src})")
 
 
 def _tuple(items) -> str:
@@ -83,14 +92,17 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -
                     raise InputError(
                         f"symbol {missing[0]} appears only inside {dim}: each symbol must also be a "
                         "whole dimension of some input so the dispatcher can read its value")
-                lines.append(f"    if {name}.shape[{axis}] != {pyexpr(dim)}:")
+                lines.append(f"    if {_bare(f'{name}.shape[{axis}] != {pyexpr(dim)}')}:")
                 lines.append(f"        _bad_dim({name!r}, {axis}, {name}.shape[{axis}], "
-                             f"'{dim} = %d' % {pyexpr(dim)})")
+                             f"{_bare(repr(f'{dim} = %d') + ' % ' + pyexpr(dim))})")
     for c in checks:
-        values = ", ".join(_bare(pyexpr(v)) for v in c.values)
-        cond = SpecializedCondition(c.ok).to_python()
-        lines.append(f"    if not ({_bare(cond)}):")
-        lines.append(f"        _bad_input({c.message!r}.format({values}))")
+        cond = _negated(SpecializedCondition(c.ok).to_python())
+        lines.append(f"    if {cond}:")
+        if c.values:
+            values = ", ".join(_bare(pyexpr(v)) for v in c.values)
+            lines.append(f"        _bad_input({c.message!r}.format({values}))")
+        else:
+            lines.append(f"        _bad_input({c.message.format()!r})")
     out_shapes = [_tuple(_bare(pyexpr(d)) if not isinstance(d, int) else str(d) for d in t.shape)
                   for t in sel.output_types]
     lines.append(f"    _outs = {_tuple(out_shapes)}")
@@ -109,18 +121,20 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -
     elif static_max > INT_MAX or not sizes:
         lines.append(f"    _wide = {static_max > INT_MAX}")
     elif len(sizes) == 1:
-        lines.append(f"    _wide = {sizes[0]} > {INT_MAX}")
+        lines.append(f"    _wide = {_bare(f'{sizes[0]} > {INT_MAX}')}")
     else:
         lines.append(f"    _wide = max({', '.join(sizes)}) > {INT_MAX}")
     args = _tuple(params)
     for i, choice in enumerate(sel.choices):
         impl = choice.impl
+        if choice.note:  # a tuned branch: the record it comes from
+            lines.append(f"    # tuned: {choice.note}")
         if choice.condition is not None:
             lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()})")
             lines.append(f"    if {_bare(choice.condition.to_python())}:")
             lines.append(f"        return _run({i}, {args}, _outs, _wide, _host)")
         else:
-            tag = "the fallback" if i else "always"
+            tag = "every other size" if choice.note else "the fallback" if i else "always"
             lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()}), {tag}")
             lines.append(f"    return _run({i}, {args}, _outs, _wide, _host)")
     return "\n".join(lines) + "\n"

@@ -33,15 +33,27 @@ class Kernel:
         derive: ``params -> dict`` of template parameters computed from the others (a scan of
             partial sums reads the output dtype as its input dtype, say).
         doc: what the kernel does, for the header of the dumped source (one line).
+        spills: why ptxas may spill this kernel's registers to local memory, or a function
+            of its template parameters giving that reason ("" where it must not spill). The
+            resource check (tests/test_resources.py) fails on undeclared spills.
+        low_occupancy: the same for an occupancy below 25% on sm_80/sm_90.
     """
 
     template: str
     params: Mapping = field(default_factory=dict)
     derive: Callable | None = None
     doc: str = ""
+    spills: str | Callable = ""
+    low_occupancy: str | Callable = ""
 
     def __post_init__(self):
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+
+    def expected(self, params: Mapping) -> tuple[str, str]:
+        """(why it may spill, why its occupancy may be low) for these template parameters;
+        "" for what is not declared."""
+        return tuple(v(params) if callable(v) else v  # type: ignore[return-value]
+                     for v in (self.spills, self.low_occupancy))
 
 
 def _launch_parameters(run: Callable) -> list[str]:

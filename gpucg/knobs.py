@@ -61,9 +61,17 @@ KNOBS: dict[str, Knob] = {
         Knob("GPUCG_OPENCL_DEVICE", str, lambda: None,
              "Substring of the OpenCL platform or device name to use (default: first GPU, "
              "else first device that compiles a test kernel)."),
+        Knob("GPUCG_RECORDS", str, lambda: "",
+             "Tuning records file that `gpucg.compile`, eager `gpucg.ops.*` calls, `explain` and "
+             "`gpucg tune` use (default `records.jsonl` in the cache directory); `off` disables."),
         Knob("GPUCG_REQUIRE", str, lambda: "",
-             "Comma-separated backends (`opencl`, `cuda`, `nvrtc`) whose absence makes the "
-             "test suite fail instead of skip; `make test` sets `opencl,nvrtc`."),
+             "Comma-separated backends and tools (`opencl`, `cuda`, `nvrtc`, `oclgrind`) whose "
+             "absence makes the test suite fail instead of skip; `make test` sets "
+             "`opencl,nvrtc,oclgrind`."),
+        Knob("GPUCG_OCLGRIND_RUNTIME", Path, lambda: None,
+             "Path of Oclgrind's `liboclgrind-rt-icd.so` where it is not in the usual places "
+             "(`/usr/lib/oclgrind`, beside the `oclgrind` command); the Oclgrind checks and "
+             "`gpucg resources --traffic` load it."),
     ]
 }
 
@@ -87,6 +95,18 @@ def disk_cache() -> bool:
 
 def opencl_device() -> str | None:
     return get("GPUCG_OPENCL_DEVICE")
+
+
+def oclgrind_runtime() -> Path | None:
+    return get("GPUCG_OCLGRIND_RUNTIME")
+
+
+def records_path() -> Path | None:
+    """The tuning records file, or None when GPUCG_RECORDS is "off"."""
+    raw = get("GPUCG_RECORDS").strip()
+    if raw.lower() in ("off", "0", "no", "false", "none"):
+        return None
+    return Path(raw).expanduser() if raw else cache_dir() / "records.jsonl"
 
 
 def required_backends() -> set[str]:

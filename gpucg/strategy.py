@@ -15,7 +15,7 @@ from typing import Mapping
 
 import sympy
 
-from .autotune.records import workload_key
+from .autotune import apply as _tuned
 from .autotune.space import Config, ConfigSpace
 from .condition import SpecializedCondition
 from .errors import InputError, StrategyError
@@ -82,6 +82,12 @@ class Strategy:
                 f"strategy ({names}) has no unconditioned implementation: every implementation "
                 "could be excluded for some shape; add a fallback with no condition")
 
+    def offered(self) -> list:
+        """Every implementation and exclusion, in the order the strategy named them."""
+        by_name = {i.name: i for i in self.implementations + self.excluded}
+        return [by_name[n] for n in self.order if n in by_name] + \
+            [i for i in self.implementations if i.name not in self.order]
+
     def find(self, name: str):
         """The implementation (or exclusion) named ``name``, with or without ".<target kind>"."""
         for impl in self.implementations + self.excluded:
@@ -90,13 +96,23 @@ class Strategy:
         return None
 
 
+def only(decl: ImplDecl, plevel: int = 10):
+    """A strategy function that offers one implementation, always (a host target's)."""
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy(target)
+        s.add(decl, plevel)
+        return s
+    return strategy
+
+
 # -- forcing an implementation, and size rules ---------------------------------------------------
 
-def force(strategy: Strategy, name: str, op_name: str, target):
+def force(strategy: Strategy, name: str, op_name: str, target, config=None):
     """A strategy of the one implementation ``name``, and the size checks it brings.
 
     Its condition, unless the shapes decide it true, becomes a check of the dispatcher; one the
-    shapes decide false, or an exclusion, is an InputError here.
+    shapes decide false, or an exclusion, is an InputError here. ``config`` (a mapping of the
+    implementation's knobs) replaces its default config; tuning records then do not apply.
     """
     from .op import Constraint
 
@@ -117,8 +133,16 @@ def force(strategy: Strategy, name: str, op_name: str, target):
             check = [Constraint(chosen.condition.expr,
                                 f"{op_name}: the forced implementation {chosen.name} needs "
                                 f"{sympy.sstr(chosen.condition.expr)}, false for these sizes")]
+    changes: dict = {"condition": None}
+    if config is not None:
+        try:
+            pinned = chosen.space.validate(config)
+        except InputError as exc:
+            raise InputError(f"{op_name}: config={dict(config)!r} for {chosen.name}: {exc}") from None
+        space = chosen.space
+        changes["space"] = ConfigSpace(space.knobs, dict(pinned), space.constraint)
     forced = Strategy(strategy.target)
-    forced.add_implementation(dataclasses.replace(chosen, condition=None))
+    forced.add_implementation(dataclasses.replace(chosen, **changes))
     return forced, check
 
 
@@ -159,6 +183,8 @@ class Choice:
     impl: Implementation
     config: Config
     condition: SpecializedCondition | None
+    #: where the choice comes from when a tuning record made it (shown by explain and dump)
+    note: str = ""
 
 
 @dataclass
@@ -173,6 +199,9 @@ class Selection:
     choices: list[Choice]
     candidates: list[Candidate]
     dynamic: bool
+    #: tuning records: where they were read, and which were ignored and why
+    records: str = ""
+    ignored: list = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
         ins = ", ".join(map(str, self.input_types))
@@ -183,44 +212,56 @@ class Selection:
         w = max(len(c.name) for c in self.candidates)
         rows = [f"  {c.name:<{w}}  plevel {c.plevel:>3}  {c.verdict:<10} if {c.condition}: {c.reason}"
                 for c in self.candidates]
+        tuned = [(i, c) for i, c in enumerate(self.choices) if c.note]
+        if tuned:
+            rows.append(f"tuned branches (records: {self.records}):")
+            for i, c in tuned:
+                when = f"if {c.condition}" if c.condition is not None else "always"
+                rows.append(f"  {i + 1}. {when}: {c.impl.name} config {c.config.short()} <- {c.note}")
+        if self.ignored:
+            rows.append(f"ignored tuning records ({self.records}):")
+            rows += [f"  {line}" for line in self.ignored]
         return "\n".join(head + rows)
 
 
-def _by_record(op, alive, decided, attrs, input_types, target, records, cands):
-    """The choice a tuning record makes, or None."""
-    if records is None or not all(t.is_static for t in input_types) \
-            or not all(decided[i.name] for i in alive):
-        return None
-    key = workload_key(op, attrs, input_types)
-    by_name = {i.name: i for i in alive}
-    recs = [r for r in records.lookup(key, target) if r.impl in by_name]
-    if not recs:
-        return None
-    best = min(recs, key=lambda r: r.cost)
-    impl = by_name[best.impl]
-    try:
-        config = impl.space.validate(best.config)
-    except InputError as exc:
-        raise StrategyError(f"tuning record for {best.impl} has a bad config: {exc}") from None
-    cands[impl.name].verdict = "selected"
-    cands[impl.name].reason = f"best tuning record (cost {best.cost:.3g} s, config {config.short()})"
-    for other in alive:
-        if other is not impl:
-            cands[other.name].verdict = "lost"
-            cands[other.name].reason = f"tuning record prefers {impl.name}"
-    return Choice(impl, config, None)
+def _apply_records(plan, choices, cands, dynamic, alive):
+    """Tuned branches first, then the plevel choices as the fallback (unless a tuned branch
+    always applies). Returns (choices, dynamic)."""
+    branches = [Choice(b.impl, b.config, b.condition, b.note) for b in plan.branches]
+    if plan.complete and len(branches) == 1:
+        best = branches[0]
+        cands[best.impl.name].verdict = "selected"
+        cands[best.impl.name].reason = f"best tuning record ({best.note})"
+        for other in alive:
+            if other is not best.impl:
+                cands[other.name].verdict = "lost"
+                cands[other.name].reason = f"tuning record prefers {best.impl.name}"
+        return branches, False
+    used = {b.impl.name for b in branches}
+    for name in used:
+        cands[name].verdict = "tuned"
+        cands[name].reason = "runs in the tuned branches below" + (
+            "" if plan.complete else "; " + cands[name].reason)
+    if plan.complete:
+        for other in alive:
+            if other.name not in used:
+                cands[other.name].verdict = "lost"
+                cands[other.name].reason = "the tuned branches cover every size"
+        return branches, True
+    return branches + choices, True
 
 
 def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, target,
            records=None) -> Selection:
     """Choose among a strategy's implementations for these input types.
 
-    Implementations whose condition is provably false are dropped. If every remaining
-    condition is decided by the shapes, the best tuning record (when ``records`` is given and
-    all shapes are constant) or else the highest plevel wins; equal plevels are broken by
-    registration order, with a warning. Otherwise the result lists, in plevel order, the
-    implementations a generated dispatcher tries at run time, ending with one that always
-    applies.
+    Implementations whose condition is provably false are dropped. Tuning records that apply
+    (``records``: a gpucg.autotune.RecordList; see gpucg.autotune.apply) come first: for
+    constant shapes the best record decides; for symbolic ones each tuned size bucket becomes a
+    branch of the dispatcher. Otherwise, if every remaining condition is decided by the shapes,
+    the highest plevel wins; equal plevels are broken by registration order, with a warning.
+    Otherwise the result lists, in plevel order, the implementations a generated dispatcher
+    tries at run time, ending with one that always applies.
     """
     symbols = set().union(*(t.symbols for t in input_types)) if input_types else set()
     strategy.validate(symbols)
@@ -238,43 +279,48 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
     for ex in strategy.excluded:
         cands[ex.name] = Candidate(ex.name, ex.plevel, "never", "excluded", ex.reason)
     ordered = sorted(alive, key=lambda i: -i.plevel)  # stable: registration order on ties
-    record_choice = _by_record(op, alive, decided, attrs, input_types, target, records, cands)
-    choices: list[Choice] = [record_choice] if record_choice else []
+    plan = _tuned.plan(op, alive, attrs, input_types, target, records) \
+        if records is not None else None
+    choices: list[Choice] = []
     dynamic = False
-    if record_choice is None:
-        for pos, impl in enumerate(ordered):
-            always = decided[impl.name] is True
-            if choices and choices[-1].condition is None:
-                cands[impl.name].verdict = "lost"
-                winner = choices[-1].impl
-                if winner.plevel == impl.plevel and not dynamic:
-                    cands[impl.name].reason = (f"tie at plevel {impl.plevel} broken by "
-                                               f"registration order in favour of {winner.name}")
-                else:
-                    cands[impl.name].reason = f"lower plevel than {winner.name}, which applies"
-                continue
-            choices.append(Choice(impl, impl.space.default, None if always else impl.condition))
-            if always and len(choices) == 1:
-                cands[impl.name].verdict = "selected"
-                cands[impl.name].reason = ("highest plevel" if pos == 0 else
-                                           "highest plevel among those that apply")
-            elif always:
-                cands[impl.name].verdict = f"dispatch {len(choices)}"
-                cands[impl.name].reason = "fallback: applies when no earlier condition holds"
+    for pos, impl in enumerate(ordered):
+        always = decided[impl.name] is True
+        if choices and choices[-1].condition is None:
+            cands[impl.name].verdict = "lost"
+            winner = choices[-1].impl
+            if winner.plevel == impl.plevel and not dynamic:
+                cands[impl.name].reason = (f"tie at plevel {impl.plevel} broken by "
+                                           f"registration order in favour of {winner.name}")
             else:
-                dynamic = True
-                cands[impl.name].verdict = f"dispatch {len(choices)}"
-                cands[impl.name].reason = "condition checked at run time on the actual sizes"
-        if not dynamic and len(ordered) > 1 and ordered[0].plevel == ordered[1].plevel:
-            warnings.warn(
-                f"{op} on {target}: implementations {ordered[0].name} and {ordered[1].name} "
-                f"tie at plevel {ordered[0].plevel}; choosing {ordered[0].name} by registration order",
-                stacklevel=3)
+                cands[impl.name].reason = f"lower plevel than {winner.name}, which applies"
+            continue
+        choices.append(Choice(impl, impl.space.default, None if always else impl.condition))
+        if always and len(choices) == 1:
+            cands[impl.name].verdict = "selected"
+            cands[impl.name].reason = ("highest plevel" if pos == 0 else
+                                       "highest plevel among those that apply")
+        elif always:
+            cands[impl.name].verdict = f"dispatch {len(choices)}"
+            cands[impl.name].reason = "fallback: applies when no earlier condition holds"
+        else:
+            dynamic = True
+            cands[impl.name].verdict = f"dispatch {len(choices)}"
+            cands[impl.name].reason = "condition checked at run time on the actual sizes"
+    if not dynamic and len(ordered) > 1 and ordered[0].plevel == ordered[1].plevel \
+            and not (plan is not None and plan.complete):
+        warnings.warn(
+            f"{op} on {target}: implementations {ordered[0].name} and {ordered[1].name} "
+            f"tie at plevel {ordered[0].plevel}; choosing {ordered[0].name} by registration order",
+            stacklevel=3)
     if not choices or choices[-1].condition is not None:
         raise StrategyError(f"{op} on {target}: no implementation applies to "
                             f"{', '.join(map(str, input_types))}")
+    if plan is not None and plan.branches:
+        choices, dynamic = _apply_records(plan, choices, cands, dynamic, alive)
     sel = Selection(op, str(target), tuple(input_types), tuple(output_types), dict(attrs),
-                    choices, [cands[n] for n in strategy.order], dynamic)
+                    choices, [cands[n] for n in strategy.order], dynamic,
+                    plan.source if plan is not None else "",
+                    plan.ignored if plan is not None else [])
     if dynamic:
         log.info("%s on %s for %s: dispatching at run time among %s", op, target,
                  ", ".join(map(str, input_types)),

@@ -61,6 +61,19 @@ def nvrtc_or_skip():
         pytest.skip(why)
 
 
+@pytest.fixture
+def oclgrind_or_skip():
+    """Oclgrind's runtime (skips with the reason where it is absent, fails where required)."""
+    from gpucg.runtime import oclgrind
+
+    ok, why = oclgrind.available()
+    if not ok:
+        if _require("oclgrind"):
+            pytest.fail(f"Oclgrind is required (GPUCG_REQUIRE) but unavailable: {why}")
+        pytest.skip(why)
+    return why
+
+
 def pytest_sessionfinish(session, exitstatus):
     ok, why = nvrtc.available()
     if not _CUDA_SOURCES:

@@ -7,7 +7,7 @@ import pytest
 import sympy
 
 import gpucg
-from gpucg.autotune import Record, RecordList, RecordLog, workload_key
+from gpucg.autotune import RecordList, RecordLog, make_record
 from gpucg.autotune.space import ConfigSpace
 from gpucg.strategy import Implementation, Strategy
 
@@ -99,17 +99,18 @@ def test_symbolic_dispatch_runs_the_generated_source():
 def test_records_hook_picks_tuned_impl_and_config(tmp_path):
     _impls(("small", 20, lambda n: n <= 16), ("any", 5, None))
     t = gpucg.tensor((8,), "float32")
-    key = workload_key("probe_double", {}, (t,))
-    recs = RecordList([Record(key, "numpy", "any", {"tile": 4}, 1e-6),
-                       Record(key, "numpy", "small", {"tile": 2}, 5e-6),
-                       Record("other", "numpy", "small", {"tile": 2}, 1e-9)])
+    recs = RecordList([make_record("probe_double", (t,), "any", {"tile": 4}, 1e-6, "numpy"),
+                       make_record("probe_double", (t,), "small", {"tile": 2}, 5e-6, "numpy"),
+                       make_record("probe_double", (gpucg.tensor((9,), "float32"),), "small",
+                                   {"tile": 2}, 1e-9, "numpy")])
     f = gpucg.compile("probe_double", t, target="numpy", records=recs)
     assert f.selection.choices[0].impl.name == "any"
     f(np.ones(8, np.float32))
     assert RAN == [("any", 4)]
     # a log file with a corrupt line still loads its good records
     log = tmp_path / "records.jsonl"
-    log.write_text(Record(key, "numpy", "small", {"tile": 2}, 1e-7).to_json() + "\n{broken\n")
+    good = make_record("probe_double", (t,), "small", {"tile": 2}, 1e-7, "numpy")
+    log.write_text(good.to_json() + "\n{broken\n")
     loaded = RecordLog(log)
     assert len(loaded.records) == 1
     f = gpucg.compile("probe_double", t, target="numpy", records=loaded)

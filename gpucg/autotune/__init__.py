@@ -1,6 +1,15 @@
-"""Config spaces and tuning records (the tuner itself comes later)."""
+"""The autotuner: config spaces, records, search strategies, measurement, and ``tune``.
 
-from .records import Record, RecordLog, RecordList, workload_key
+``gpucg.tune`` (gpucg.autotune.tuner) searches; records (gpucg.autotune.records) are applied by
+selection (gpucg.autotune.apply); see docs/autotuning.md.
+"""
+
+from .checks import Dropped, register_check
+from .records import Record, RecordList, RecordLog, RecordsError, TuneError, open_log
+from .result import BucketResult, Trial, TuneResult
 from .space import Config, ConfigSpace
+from .workload import Workload, make_record
 
-__all__ = ["Config", "ConfigSpace", "Record", "RecordList", "RecordLog", "workload_key"]
+__all__ = ["BucketResult", "Config", "ConfigSpace", "Dropped", "Record", "RecordList",
+           "RecordLog", "RecordsError", "Trial", "TuneError", "TuneResult", "Workload",
+           "make_record", "open_log", "register_check"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 
 #: benchmark name -> module under gpucg.benchmarks with a ``main(argv) -> int``
-BENCHMARKS = {"conv2d": "conv2d", "scan": "scan", "topk": "topk", "reduce": "reduce",
-              "softmax": "softmax"}
+BENCHMARKS = {"conv2d": "conv2d", "scan": "scan", "topk": "topk", "tune": "tune",
+              "reduce": "reduce", "softmax": "softmax"}
 
 
 def run_benchmark(op: str, argv) -> int:

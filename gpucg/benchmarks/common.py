@@ -81,6 +81,8 @@ def parser(op: str, quick_help: str):
     p.add_argument("--quick", action="store_true", help=quick_help)
     p.add_argument("--targets", default="cuda,opencl,numpy",
                    help="comma-separated gpucg targets to time (default: every usable one)")
+    p.add_argument("--no-traffic", action="store_true",
+                   help="skip the memory traffic count on Oclgrind")
     return p
 
 
@@ -92,3 +94,26 @@ def banner(op: str) -> str:
 
     return (f"gpucg bench {op} on {platform.node()}; targets: "
             + ", ".join(f"{t.name}={t.device}" for t in gpucg.targets() if t.usable))
+
+
+def print_traffic(ops, enabled: bool = True) -> list[dict]:
+    """Where Oclgrind is installed, print the global memory bytes the implementation a GPU
+    selects moves on each operator's small cases, against the compulsory bytes (inputs read
+    once, outputs written once); counted by a simulator, so a figure of the kernels, not a
+    timing. Returns the figures for the JSON output."""
+    if not enabled:
+        return []
+    from gpucg.runtime import oclgrind
+
+    ok, why = oclgrind.available()
+    if not ok:
+        print(f"\nmemory traffic: not counted ({why})")
+        return []
+    print("\nglobal memory traffic of the GPU-selected kernels (Oclgrind --inst-counts, "
+          "small cases; --no-traffic skips it):")
+    out = []
+    for r in oclgrind.traffic(list(ops)):
+        print("  " + oclgrind.traffic_line(r))
+        out.append({"op": r.task.op, "case": r.label, "impl": r.impl, "loaded": r.loaded,
+                    "stored": r.stored, "compulsory": r.compulsory, "error": r.error})
+    return out

@@ -16,22 +16,15 @@ import json
 import numpy as np
 
 import gpucg
+from gpucg.ops.conv2d import BENCH_LAYERS
 from gpucg.runtime import backend_status, get_backend
 
-from .common import banner, median_time, parser, print_case, torch_cuda_time, torch_or_none
+from .common import (banner, median_time, parser, print_case, print_traffic, torch_cuda_time,
+                     torch_or_none)
 
-#: (name, batch, C, H, W, O, K, stride, pad, groups): the issue's cases
-CASES = [
-    ("resnet 3x3 64x56x56", 8, 64, 56, 56, 64, 3, 1, 1, 1),
-    ("resnet 3x3 128x28x28", 8, 128, 28, 28, 128, 3, 1, 1, 1),
-    ("resnet 3x3 256x14x14", 8, 256, 14, 14, 256, 3, 1, 1, 1),
-    ("resnet 3x3 512x7x7", 8, 512, 7, 7, 512, 3, 1, 1, 1),
-    ("stem 7x7/2 3->64 224x224", 8, 3, 224, 224, 64, 7, 2, 3, 1),
-    ("1x1 256->64 56x56", 8, 256, 56, 56, 64, 1, 1, 0, 1),
-    ("depthwise 3x3 32x112x112", 8, 32, 112, 112, 32, 3, 1, 1, 32),
-    ("depthwise 3x3 144x56x56", 8, 144, 56, 56, 144, 3, 1, 1, 144),
-    ("depthwise 3x3 576x14x14", 8, 576, 14, 14, 576, 3, 1, 1, 576),
-]
+#: (name, batch, C, H, W, O, K, stride, pad, groups): the layers conv2d declares as its
+#: "bench" cases (gpucg/ops/conv2d.py)
+CASES = BENCH_LAYERS
 
 
 def flops(n, c, h, w, o, k, stride, pad, groups) -> float:
@@ -127,6 +120,7 @@ def main(argv=()) -> int:
         print_case(name, f"{name}: batch {n}, {c}->{o} channels, {h}x{w}, {k}x{k}/{stride}, "
                    f"groups {groups}; {tflop * 1e3:.3g} GFLOP", peers, ours, tflop, results,
                    unit="TFLOP/s")
+    traffic = print_traffic(["conv2d"], not args.no_traffic)
     if args.json:
-        print(json.dumps({"results": results}, indent=1))
+        print(json.dumps({"results": results, "traffic": traffic}, indent=1))
     return 0 if ok else 1

@@ -13,7 +13,7 @@ import numpy as np
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from .common import banner, median_time, print_case, torch_cuda_time
+from .common import banner, median_time, print_case, print_traffic, torch_cuda_time
 
 CPU_CASES = [("1-D 2^24", (1 << 24,), 0), ("(4096, 1024) axis=1", (4096, 1024), 1),
              ("(1024, 4096) axis=0", (1024, 4096), 0)]
@@ -113,6 +113,8 @@ def main(argv=()) -> int:
     p.add_argument("--json", action="store_true", help="print the results as JSON too")
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--quick", action="store_true", help="smaller cases (for smoke tests)")
+    p.add_argument("--no-traffic", action="store_true",
+                   help="skip the memory traffic count on Oclgrind")
     args = p.parse_args(list(argv))
     cases = list(CPU_CASES)
     if backend_status("cuda")[0]:
@@ -132,6 +134,7 @@ def main(argv=()) -> int:
     ov = overhead()
     print()
     print_overhead(ov)
+    traffic = print_traffic(["cumsum"], not args.no_traffic)
     if args.json:
-        print(json.dumps({"results": results, "overhead": ov}, indent=1))
+        print(json.dumps({"results": results, "overhead": ov, "traffic": traffic}, indent=1))
     return 0

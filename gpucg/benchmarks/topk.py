@@ -14,7 +14,8 @@ import numpy as np
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from .common import banner, median_time, parser, print_case, torch_cuda_time, torch_or_none
+from .common import (banner, median_time, parser, print_case, print_traffic, torch_cuda_time,
+                     torch_or_none)
 
 #: (name, shape, k): the issue's cases, then the two the CPU goals name
 CASES = [("(1, 2^24) k=10", (1, 1 << 24), 10), ("(1, 2^24) k=1000", (1, 1 << 24), 1000),
@@ -78,6 +79,7 @@ def main(argv=()) -> int:
                 for label, t, ok in _ours(x, k, want, args.repeat, targets)]
         print_case(name, f"{name}: {x.size} float32 elements, descending", peers, ours, gbytes,
                    results)
+    traffic = print_traffic(["topk"], not args.no_traffic)
     if args.json:
-        print(json.dumps({"results": results}, indent=1))
+        print(json.dumps({"results": results, "traffic": traffic}, indent=1))
     return 0 if all(r.get("values_match", True) for r in results) else 1

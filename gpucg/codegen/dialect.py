@@ -44,13 +44,18 @@ class Dialect:
     #: suffix that makes a hex literal 64-bit unsigned
     u64_suffix: str = "UL"
     #: the 16-bit float type as a storage format, how a float is loaded from and stored to it
-    #: (``{ptr}``, ``{index}``, ``{value}``), and what a kernel needs for that. OpenCL needs
-    #: nothing: vload_half/vstore_half are core, unlike half arithmetic; CUDA converts with one
-    #: PTX instruction each way, so no cuda_fp16.h, which NVRTC cannot always find.
+    #: (``{ptr}``, ``{index}``, ``{value}``), and the helper each needs. OpenCL needs none:
+    #: vload_half/vstore_half are core, unlike half arithmetic; CUDA converts with one PTX
+    #: instruction each way, so no cuda_fp16.h, which NVRTC cannot always find.
     half_storage: str = "half"
     half_load: str = ""
     half_store: str = ""
-    half_preamble: str = ""
+    half_load_fn: str = ""
+    half_store_fn: str = ""
+    #: a work-group barrier that also orders global memory: work-items that read a global
+    #: value another work-item of the group then writes need it (OpenCL's local-memory
+    #: barrier orders local memory only; CUDA's __syncthreads orders both)
+    barrier_global: str = ""
 
     def local_id(self, dim: int = 0) -> str:
         return self.local_id_fmt.format(axis=_AXES[dim], dim=dim)
@@ -112,6 +117,17 @@ class Dialect:
             return f"{ptr}[{index}] = {value};"
         return self.half_store.format(ptr=ptr, index=index, value=value)
 
+    def half_helpers(self, load: bool, store: bool) -> str:
+        """The helper functions a kernel that loads (``load``) or stores (``store``) float16
+        needs, and only those."""
+        return "\n".join(fn for fn, used in ((self.half_load_fn, load), (self.half_store_fn, store))
+                         if used and fn)
+
+    @property
+    def half_preamble(self) -> str:
+        """Both float16 helpers (for a kernel that loads and stores float16)."""
+        return self.half_helpers(True, True)
+
     def index_type(self, wide: bool) -> str:
         return self.types["int64"] if wide else "int"
 
@@ -152,11 +168,19 @@ CUDA = Dialect(
     half_storage="unsigned short",
     half_load="gpucg_h2f({ptr}[{index}])",
     half_store="{ptr}[{index}] = gpucg_f2h({value});",
-    half_preamble=(
-        "__device__ __forceinline__ float gpucg_h2f(unsigned short h) {\n"
-        "    float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f;\n}\n"
-        "__device__ __forceinline__ unsigned short gpucg_f2h(float f) {\n"
-        "    unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h;\n}"),
+    half_load_fn=(
+        "/* float16 bits to float: one PTX cvt (no cuda_fp16.h) */\n"
+        "__device__ __forceinline__ float gpucg_h2f(unsigned short h)\n{\n"
+        "    float f;\n"
+        "    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
+        "    return f;\n}\n"),
+    half_store_fn=(
+        "/* float to float16 bits, rounded to nearest even: one PTX cvt */\n"
+        "__device__ __forceinline__ unsigned short gpucg_f2h(float f)\n{\n"
+        "    unsigned short h;\n"
+        "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
+        "    return h;\n}\n"),
+    barrier_global="__syncthreads();",
 )
 
 OPENCL = Dialect(
@@ -181,6 +205,7 @@ OPENCL = Dialect(
     u64_suffix="UL",
     half_load="vload_half({index}, {ptr})",
     half_store="vstore_half_rte({value}, {index}, {ptr});",
+    barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

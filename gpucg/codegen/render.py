@@ -85,32 +85,106 @@ def _operand(term, allowed: str) -> str:
     return term if _top_level_ops(term) <= set(allowed) else f"({term})"
 
 
+def _split_top(term: str, seps: str) -> list:
+    """``term`` cut at its top-level characters in ``seps``: [(sep before, piece), ...]; the
+    first piece has sep ''."""
+    out, depth, start, sep = [], 0, 0, ""
+    for i, ch in enumerate(term):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and ch in seps and i > 0:
+            out.append((sep, term[start:i].strip()))
+            sep, start = ch, i + 1
+    out.append((sep, term[start:].strip()))
+    return out
+
+
+def _int_literal(text: str):
+    return int(text) if re.fullmatch(r"-?\d+", text) else None
+
+
 def mul(*terms) -> str:
-    """The product of terms (C expressions or ints): ints are multiplied, 1 dropped, 0 wins."""
-    const, parts = 1, []
+    """The product of terms (C expressions or ints): ints are multiplied, 1 dropped, 0 wins.
+    A term that is itself a product contributes its number factors to the one number
+    (``mul("(a + b) * 3", 3)`` is ``(a + b) * 9``), which stands where the first number did
+    (``mul("n * 16", "H")`` is ``n * 16 * H``)."""
+    const, parts, at = 1, [], None
     for t in terms:
-        if _is_num(t):
-            const *= t
-        else:
-            parts.append(_operand(t, "*"))
+        factors = [t] if _is_num(t) else \
+            [str(t).strip()] if _top_level_ops(str(t).strip()) - {"*"} else \
+            [f for _, f in _split_top(str(t).strip(), "*")]
+        for f in factors:
+            v = f if _is_num(f) else _int_literal(f)
+            if v is None:
+                parts.append(_operand(f, "*"))
+            else:
+                const *= v
+                at = len(parts) if at is None else at
     if const == 0:
         return "0"
+    if const != 1 and len(parts) == 1:
+        spread = _spread(parts[0], const)
+        if spread:
+            return spread
     if const != 1 or not parts:
-        parts.append(str(const))
+        parts.insert(len(parts) if at is None else at, str(const))
     return " * ".join(parts)
 
 
+def _spread(term: str, const: int):
+    """``(A + c) * const`` as ``A * const + c * const`` when A is a product with a number (so
+    the numbers merge: ``((x * 3 + 1) * 3`` is ``x * 9 + 3``); else None."""
+    if not (term.startswith("(") and term.endswith(")")):
+        return None
+    inner = term[1:-1]
+    if _operand(inner, "") != term or inner.startswith("-"):
+        return None  # not one parenthesized expression
+    pieces = _split_top(inner, "+-")
+    if len(pieces) != 2 or _int_literal(pieces[1][1]) is None:
+        return None
+    head = pieces[0][1]
+    if _top_level_ops(head) - {"*"} or not any(_int_literal(f) is not None
+                                                for _, f in _split_top(head, "*")):
+        return None
+    c = _int_literal(pieces[1][1]) * (-1 if pieces[1][0] == "-" else 1)
+    return add(mul(head, const), c * const)
+
+
 def add(*terms) -> str:
-    """The sum of terms (C expressions or ints): ints are added, 0 dropped."""
+    """The sum of terms (C expressions or ints): ints are added, 0 dropped. A term that is
+    itself a sum contributes its numbers to the one number (``add("w0 + 1", 1)`` is
+    ``w0 + 2``)."""
     const, parts = 0, []
     for t in terms:
         if _is_num(t):
             const += t
-        elif str(t).strip() not in ("", "0"):
-            parts.append(_operand(t, "+-*/%"))
-    if const or not parts:
-        parts.append(str(const))
-    return " + ".join(parts)
+            continue
+        t = str(t).strip()
+        if t in ("", "0"):
+            continue
+        pieces = _split_top(t, "+-")
+        whole = not all(p and p[-1] not in "+-*/%" for _, p in pieces)  # a unary minus inside
+        if _top_level_ops(t) - set("+-*/%") or t.startswith("-") or whole:
+            parts.append(("+", _operand(t, "+-*/%")))
+            continue
+        for sign, piece in pieces:
+            v = _int_literal(piece)
+            if v is None:
+                parts.append((sign or "+", piece))
+            else:
+                const += -v if sign == "-" else v
+    if not parts:
+        return str(const)
+    text = parts[0][1] if parts[0][0] == "+" else f"-{parts[0][1]}"
+    for sign, piece in parts[1:]:
+        text += f" {sign} {piece}"
+    if const > 0:
+        text += f" + {const}"
+    elif const < 0:
+        text += f" - {-const}"
+    return text
 
 
 def div(a, b) -> str:
@@ -131,6 +205,39 @@ def mod(a, b) -> str:
     return f"{_operand(a, '*/%')} % {_operand(b, '')}"
 
 
+@jinja2.pass_context
+def as_int(ctx, expr) -> str:
+    """``expr`` (of the index type) as an int: a cast only with 64-bit indexing."""
+    return f"(int){_operand(expr, '')}" if ctx["wide"] else str(expr)
+
+
+@jinja2.pass_context
+def as_idx(ctx, expr) -> str:
+    """``expr`` (an int) as the index type: a cast only with 64-bit indexing, where a
+    product with it must not overflow 32 bits."""
+    return f"({ctx['idx']}){_operand(expr, '')}" if ctx["wide"] else str(expr)
+
+
+def guard(conds, body) -> str:
+    """``body`` (statements) under ``if (conds...)``: no ``if`` when there is no condition,
+    one line for one statement, else braces."""
+    body = str(body).strip("\n")
+    conds = [str(c) for c in conds if c is not True]
+    if not conds:
+        return body
+    test = " && ".join(conds)
+    if "\n" not in body:
+        return f"if ({test}) {body.strip()}"
+    return f"if ({test}) {{\n{block(body, 4)}\n}}"
+
+
+def block(text, width: int = 0) -> str:
+    """Statements from a macro, placed in a template on a line of their own: the macro's
+    last newline dropped and every non-blank line indented by ``width`` more spaces."""
+    pad = " " * width
+    return "\n".join(pad + ln if ln.strip() else "" for ln in str(text).strip("\n").split("\n"))
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -141,7 +248,9 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
-    env.globals.update(mul=mul, add=add, div=div, mod=mod)
+    env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
+                       guard=guard)
+    env.filters["block"] = block
     return env
 
 
@@ -186,6 +295,7 @@ def render(spec: KernelSpec, dialect: Dialect, wide: bool = False, header: str =
         wide=wide,
         entry=spec.entry,
         preamble=dialect.preamble(dtypes),
+        gptr=dialect.global_ptr + " " if dialect.global_ptr else "",
         **params,
     )
-    return _tidy((comment(header) if header else "") + source)
+    return _tidy((comment(header) + "\n" if header else "") + source)

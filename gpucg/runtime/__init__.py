@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 
@@ -14,10 +15,30 @@ _TABLE = {
 }
 _instances: dict = {}
 _lock = threading.Lock()
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def use_backend(name: str, backend):
+    """Within the block, and in this thread only, ``get_backend(name)`` is ``backend``.
+
+    The launch-path checks run the real CUDA backend on a stand-in for CuPy this way
+    (``use_backend("cuda", CudaBackend(cupy=StandInCupy("sm_90")))``); operators compiled
+    inside the block keep the backend they were compiled with.
+    """
+    old = getattr(_local, "overrides", {})
+    _local.overrides = {**old, name: backend}
+    try:
+        yield backend
+    finally:
+        _local.overrides = old
 
 
 def get_backend(name: str):
     """The (single) backend object for a name; packages are imported on first use."""
+    overrides = getattr(_local, "overrides", None)
+    if overrides and name in overrides:
+        return overrides[name]
     with _lock:
         if name not in _instances:
             if name not in _TABLE:
@@ -41,4 +62,4 @@ def backend_status(name: str) -> tuple[bool, str, str]:
         return False, "", str(exc)
 
 
-__all__ = ["backend_status", "get_backend"]
+__all__ = ["backend_status", "get_backend", "use_backend"]

@@ -14,10 +14,14 @@ from .cache import cache_key
 
 
 class CudaProgram(Program):
-    def __init__(self, function, entry: str, backend: "CudaBackend"):
+    def __init__(self, function, entry: str, backend: "CudaBackend", source: str = "",
+                 options: tuple = ()):
         self.function = function
         self.entry = entry
         self.backend = backend
+        #: what it was compiled from (the resource check asks ptxas about it)
+        self.source = source
+        self.options = tuple(options)
 
     def launch(self, args, grid: int, block: int) -> None:
         self.backend.check_block(block)
@@ -30,25 +34,35 @@ class CudaProgram(Program):
 
 
 class CudaBackend(Backend):
+    """CUDA through CuPy.
+
+    Args:
+        cupy: the CuPy module to use (default: ``import cupy``); tests pass a stand-in
+            (gpucg.runtime.cupy_standin) to run this backend's launch path with no GPU.
+    """
+
     name = "cuda"
     dialect = CUDA
     device_type = "gpu"
 
-    def __init__(self):
+    def __init__(self, cupy=None):
         self._lock = threading.Lock()
         self._ready = False
         self._reason = ""
         self._programs: dict[str, CudaProgram] = {}
+        self._module = cupy
 
     def _init(self) -> None:
         with self._lock:
             if self._ready or self._reason:
                 return
-            try:
-                import cupy
-            except ImportError as exc:
-                self._reason = f"cupy is not installed ({exc}); pip install 'gpucg[cuda]'"
-                return
+            cupy = self._module
+            if cupy is None:
+                try:
+                    import cupy
+                except ImportError as exc:
+                    self._reason = f"cupy is not installed ({exc}); pip install 'gpucg[cuda]'"
+                    return
             try:
                 count = cupy.cuda.runtime.getDeviceCount()
             except Exception as exc:  # no driver, no device
@@ -98,8 +112,11 @@ class CudaBackend(Backend):
         except self.cupy.cuda.compiler.CompileException as exc:
             raise CompileError(f"CUDA compile of {entry} failed", source, options,
                                str(exc)) from None
+        except Exception as exc:  # CuPy's CUDADriverError: the module has no such kernel
+            raise CompileError(f"CUDA kernel {entry} not found in its module: {exc}", source,
+                               options) from None
         stats.bump("compiles")
-        prog = CudaProgram(function, entry, self)
+        prog = CudaProgram(function, entry, self, source, options)
         self._programs[key] = prog
         return prog
 

@@ -1,4 +1,4 @@
-"""Compile CUDA source to PTX with NVRTC, with no GPU and no driver (cuda-bindings)."""
+"""Compile CUDA source to PTX or CUBIN with NVRTC, with no GPU and no driver (cuda-bindings)."""
 
 from __future__ import annotations
 
@@ -31,29 +31,52 @@ def _check(result, what: str):
     return result[1:] if len(result) > 2 else (result[1] if len(result) == 2 else None)
 
 
-@functools.lru_cache(maxsize=4096)
-def compile_to_ptx(source: str, arch: str = "sm_90", options: tuple = DEFAULT_OPTIONS,
-                   name: str = "kernel.cu") -> str:
-    """PTX for ``source`` on ``arch`` (``sm_80``...), or CompileError with NVRTC's log."""
+def _compile(source: str, arch_option: str, options: tuple, name: str, arch: str,
+             binary: bool) -> tuple[bytes, str]:
+    """(PTX or CUBIN, NVRTC's log) or CompileError with the log."""
     ok, why = available()
     if not ok:
         raise BackendUnavailableError(why)
     from cuda.bindings import nvrtc
 
-    opts = [f"--gpu-architecture=compute_{arch.removeprefix('sm_')}", *options]
+    opts = [arch_option, *options]
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []),
                   "nvrtcCreateProgram")
     try:
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        if int(err) != 0:
-            size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            buf = b" " * size
-            nvrtc.nvrtcGetProgramLog(prog, buf)
-            raise CompileError(f"NVRTC compile of {name} for {arch} failed", source, tuple(opts),
-                               buf.decode(errors="replace").rstrip("\x00 "))
-        size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
         buf = b" " * size
-        nvrtc.nvrtcGetPTX(prog, buf)
-        return buf.decode(errors="replace").rstrip("\x00")
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        log = buf.decode(errors="replace").rstrip("\x00 ")
+        if int(err) != 0:
+            raise CompileError(f"NVRTC compile of {name} for {arch} failed", source, tuple(opts),
+                               log)
+        get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if binary
+                         else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
+        size = _check(get_size(prog), "nvrtcGetCUBINSize" if binary else "nvrtcGetPTXSize")
+        buf = b" " * size
+        get(prog, buf)
+        return buf, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_to_ptx(source: str, arch: str = "sm_90", options: tuple = DEFAULT_OPTIONS,
+                   name: str = "kernel.cu") -> str:
+    """PTX for ``source`` on ``arch`` (``sm_80``...), or CompileError with NVRTC's log."""
+    ptx, _ = _compile(source, f"--gpu-architecture=compute_{arch.removeprefix('sm_')}",
+                      tuple(options), name, arch, binary=False)
+    return ptx.decode(errors="replace").rstrip("\x00")
+
+
+def compile_to_cubin(source: str, arch: str = "sm_90", options: tuple = DEFAULT_OPTIONS,
+                     name: str = "kernel.cu") -> tuple[bytes, str]:
+    """(CUBIN, ptxas's verbose report) for ``source`` on the real architecture ``arch``.
+
+    Compiling for ``sm_XY`` rather than ``compute_XY`` makes NVRTC run ptxas, the assembler
+    that allocates registers; ``-Xptxas=-v`` puts its report (registers, shared memory, stack
+    frame, spill stores and loads per kernel) in NVRTC's log.
+    """
+    return _compile(source, f"--gpu-architecture={arch}", (*options, "-Xptxas=-v"), name, arch,
+                    binary=True)

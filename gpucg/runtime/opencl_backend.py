@@ -92,6 +92,10 @@ class OpenCLBackend(Backend):
             devices = [(p, d) for p in platforms for d in p.get_devices()]
             if want:
                 devices = [(p, d) for p, d in devices if want.lower() in (p.name + " " + d.name).lower()]
+            else:
+                # Oclgrind is a simulator that calls itself a GPU: slow, for checks only
+                # (gpucg.runtime.oclgrind), so it runs only where it is asked for by name
+                devices = [(p, d) for p, d in devices if "oclgrind" not in (p.name + d.name).lower()]
             devices.sort(key=lambda pd: 0 if pd[1].type & cl.device_type.GPU else 1)
             failures = []
             for platform, device in devices:
@@ -105,7 +109,9 @@ class OpenCLBackend(Backend):
                     failures.append(f"{device.name.strip()} ({platform.version.strip()}): {detail.strip()}")
                     continue
                 self.context, self.device, self.platform = ctx, device, platform
-                self.queue = cl.CommandQueue(ctx)
+                # profiling: the tuner times kernels with OpenCL events
+                self.queue = cl.CommandQueue(
+                    ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
                 self.device_type = "gpu" if device.type & cl.device_type.GPU else "cpu"
                 self._ready = True
                 if failures:

@@ -74,7 +74,9 @@ def _cols_run(ctx, main) -> None:
     _launch(main, ctx, _io(ctx), outer * inner, n, n, 1, inner, 1)
 
 
-def _split_run(ctx, main, sums, pairs, apply) -> None:
+def _split(ctx, main, sums, pairs, apply) -> None:
+    """Rows split over work-groups: (sums of the chunks, for layer_norm's mean,) the pair of
+    each chunk, then the row's pair from its chunks' and each chunk mapped."""
     outer, n, _ = _dims(ctx)
     c, wg = ctx.config, ctx.config["wg"]
     chunks = max(1, min(ceil_div(n, wg * c["per_item"]), ceil_div(c["groups"], max(outer, 1))))
@@ -86,12 +88,20 @@ def _split_run(ctx, main, sums, pairs, apply) -> None:
     rows = outer * chunks
     x = ctx.inputs[0]
     acc = np.dtype(ctx.info.acc)
-    psum = (ctx.empty((rows,), acc),) if ctx.info.op == "layer_norm" else ()
+    psum = (ctx.empty((rows,), acc),) if sums is not None else ()
     pa, pb = ctx.empty((rows,), acc), ctx.empty((rows,), acc)
     if psum:
         _launch(sums, ctx, (x, *psum), rows, n, chunk, chunks, 1, wg)
     _launch(pairs, ctx, (x, *psum, pa, pb), rows, n, chunk, chunks, 1, wg)
     _launch(apply, ctx, (*_io(ctx), *psum, pa, pb), rows, n, chunk, chunks, 1, wg)
+
+
+def _split_run(ctx, main, pairs, apply) -> None:
+    _split(ctx, main, None, pairs, apply)
+
+
+def _split_mean_run(ctx, main, sums, pairs, apply) -> None:
+    _split(ctx, main, sums, pairs, apply)
 
 
 NORM_WARP = kernel_impl("norm_warp", _row_run("lanes"), main=Kernel(
@@ -104,16 +114,19 @@ NORM_BLOCKS = kernel_impl("norm_blocks", _row_run("wg"), main=Kernel(
     "norm/rows.j2", {"mode": "row", "strided": False, "ipt": 0}, lambda p: {"lanes": p["wg"]},
     doc="a work-group a row, read again for each pass"))
 _SPLIT = {"strided": False, "ipt": 0}
-NORM_SPLIT = kernel_impl(
-    "norm_split", _split_run,
+_SPLIT_KERNELS = dict(
     main=Kernel("norm/rows.j2", dict(_SPLIT, mode="row"), lambda p: {"lanes": p["wg"]},
                 doc="a row short enough for one work-group"),
-    sums=Kernel("norm/rows.j2", dict(_SPLIT, mode="sum"), lambda p: {"lanes": p["wg"]},
-                doc="pass 1 (layer_norm): the sum of each chunk of a row"),
     pairs=Kernel("norm/rows.j2", dict(_SPLIT, mode="pair"), lambda p: {"lanes": p["wg"]},
                  doc="the pair of each chunk of a row"),
     apply=Kernel("norm/rows.j2", dict(_SPLIT, mode="apply"), lambda p: {"lanes": p["wg"]},
                  doc="the row's pair from its chunks', then each chunk mapped"))
+NORM_SPLIT = kernel_impl("norm_split", _split_run, **_SPLIT_KERNELS)
+#: layer_norm's split rows sum their chunks first (the mean the pairs are taken about)
+NORM_SPLIT_MEAN = kernel_impl(
+    "norm_split", _split_mean_run, **_SPLIT_KERNELS,
+    sums=Kernel("norm/rows.j2", dict(_SPLIT, mode="sum"), lambda p: {"lanes": p["wg"]},
+                doc="pass 1: the sum of each chunk of a row"))
 NORM_COLS = kernel_impl("norm_cols", _cols_run, main=Kernel(
     "norm/rows.j2", {"mode": "row", "strided": True, "ipt": 0, "lanes": 1},
     doc="one work-item a column of a non-last axis"))
@@ -168,7 +181,8 @@ def gpu_strategy(op: str):
         # a CPU core maps a row alone, from memory it keeps in cache; GPUs share rows
         p = (5, 13, 6, 12, 11) if target.on_cpu else (14, 13, 12, 11, 10)
         add(NORM_WARP, p[0], "warp", sympy.And(rows, n <= WARP_CAPACITY))
-        add(NORM_SPLIT, p[1], "split", sympy.And(rows, n >= SPLIT_N_MIN, outer < SPLIT_ROWS_MAX))
+        add(NORM_SPLIT_MEAN if op == "layer_norm" else NORM_SPLIT, p[1], "split",
+            sympy.And(rows, n >= SPLIT_N_MIN, outer < SPLIT_ROWS_MAX))
         add(NORM_GROUP, p[2], "group", sympy.And(rows, n <= GROUP_CAPACITY))
         add(NORM_BLOCKS, p[3], "blocks", rows)
         add(NORM_COLS, p[4], "cols")

@@ -155,7 +155,8 @@ def gpu_strategy(combine: str):
         s.add(SCAN_DEVICE, p_device, condition=row_major, space=_TILE_SPACE, params=params)
         s.add(SCAN_COLS, p_cols,
               condition=outer * inner >= (CPU_COLUMNS_MIN if on_cpu else GPU_COLUMNS_MIN),
-              space=ConfigSpace({"wg": (32, 64, 128, 256)}, {"wg": 64 if on_cpu else 256}),
+              space=ConfigSpace({"wg": (8, 16, 32, 64, 128, 256, 512, 1024)},
+                                {"wg": 64 if on_cpu else 256}),
               params=params)
         s.add(SCAN_CHUNKED, p_chunked, params=params,
               space=_cols_space(64 if on_cpu else 256, 4096 if on_cpu else 256))

@@ -30,7 +30,7 @@ from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.topk import kept, stable_order, view
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
-from ..strategy import Strategy
+from ..strategy import Strategy, only
 
 GROUP_K_MAX = 128
 RADIX_N_MIN = 8192
@@ -205,8 +205,19 @@ def _merge(emit: bool, doc: str) -> Kernel:
     return Kernel("topk/merge.j2", {"emit": emit}, lambda p: {"wg": p["merge_wg"]}, doc)
 
 
+def _select_spills(p: dict) -> str:
+    return ("each work-item's private best-K list (K keys and K indices, K=128) outgrows the "
+            "255 registers a thread may have" if p["K"] >= 128 else "")
+
+
+def _select_occupancy(p: dict) -> str:
+    return (f"the private lists of K={p['K']} take most registers and the wg*K pairs of the "
+            "merge fill the shared memory of a block of few threads" if p["K"] >= 64 else "")
+
+
 def _select(from_pairs: bool, emit: bool, doc: str) -> Kernel:
-    return Kernel("topk/select.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc)
+    return Kernel("topk/select.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc,
+                  spills=_select_spills, low_occupancy=_select_occupancy)
 
 
 def _chunk(p: dict) -> dict:
@@ -372,11 +383,7 @@ def _host_run(ctx):
 TOPK_PARTITION = host_impl("topk_partition", _host_run)
 
 
-def host_strategy(attrs, inputs, outputs, target):
-    """argpartition, then a sort of the k kept (see :func:`numpy_select`)."""
-    s = Strategy(target)
-    s.add(TOPK_PARTITION, 10)
-    return s
+host_strategy = only(TOPK_PARTITION)
 
 
 STRATEGIES = {op: {"gpu": gpu_strategy, "cpu": host_strategy} for op in ("topk", "sort", "argsort")}

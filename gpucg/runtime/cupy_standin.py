@@ -1,0 +1,264 @@
+"""A stand-in for the parts of CuPy the CUDA backend uses, so its launch path runs with no GPU.
+
+``CudaBackend(cupy=StandInCupy("sm_90"))`` is the real backend: it compiles through the
+stand-in's ``RawModule`` and launches through its kernel call, which records each launch
+(kernel, grid, block, arguments) instead of running it. Arrays have a shape and a dtype but no
+memory, so benchmark-sized calls cost nothing. With ``check=True`` every kernel is compiled to
+PTX by NVRTC, and every launch is checked as the driver would take it: the arguments against
+the parameters the PTX ``.entry`` declares (count, pointer or value, width, integer or float),
+and grid, block and shared memory against the device's limits. A bad launch raises
+:class:`LaunchCheckError`, which the backend reports as a LaunchError, as it would a driver's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+
+from . import nvrtc
+from .occupancy import limits
+
+_PTRS = itertools.count(1 << 32, 1 << 20)
+
+#: bytes of the C types kernel parameters point to
+_C_SIZES = {"char": 1, "signed char": 1, "unsigned char": 1, "bool": 1, "short": 2,
+            "unsigned short": 2, "__half": 2, "int": 4, "unsigned int": 4, "float": 4,
+            "long long": 8, "unsigned long long": 8, "double": 8}
+
+
+class StandInArray:
+    """A device array without memory: shape, dtype, size, nbytes and a made-up pointer."""
+
+    gpucg_backend = "cuda"
+
+    def __init__(self, shape, dtype):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.dtype.itemsize
+        self.ptr = next(_PTRS)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"StandInArray({self.shape}, {self.dtype})"
+
+
+class LaunchCheckError(RuntimeError):
+    """A launch the device would refuse or misread (the stand-in's driver error)."""
+
+
+class CompileException(RuntimeError):
+    """What the stand-in's RawModule raises for source NVRTC rejects (as CuPy's)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: its PTX type (``u32``, ``u64``, ``f32``...), and from the CUDA
+    signature whether it is a pointer and the size of what it points to (0: unknown)."""
+
+    ptx: str
+    decl: str
+    pointer: bool
+    pointee: int
+
+    @property
+    def bits(self) -> int:
+        return int(re.sub(r"\D", "", self.ptx) or 0)
+
+
+def ptx_entry_params(ptx: str, entry: str) -> list[str] | None:
+    """The PTX types of the parameters of ``.entry entry``, or None if there is no such entry."""
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", ptx)
+    if m is None:
+        return None
+    return re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)", m.group(1))
+
+
+def source_params(source: str, entry: str) -> list[str]:
+    """The parameter declarations of ``entry`` in CUDA source ("const float* __restrict__ x")."""
+    start = source.index(entry + "(") + len(entry) + 1
+    depth, end = 1, start
+    while depth:
+        depth += {"(": 1, ")": -1}.get(source[end], 0)
+        end += 1
+    text = source[start:end - 1].strip()
+    return [p.strip() for p in text.split(",")] if text else []
+
+
+def kernel_params(source: str, entry: str, ptx: str) -> list[Param]:
+    """The parameters of a kernel: widths from the PTX, pointers from the CUDA signature (PTX
+    spells a pointer as ``.u64``, like a 64-bit integer)."""
+    types = ptx_entry_params(ptx, entry)
+    if types is None:
+        raise LaunchCheckError(f"the PTX of this module has no kernel {entry!r} "
+                               "(named symbol not found)")
+    decls = source_params(source, entry)
+    if len(decls) != len(types):
+        raise LaunchCheckError(f"{entry}: the CUDA signature has {len(decls)} parameters, "
+                               f"its PTX .entry {len(types)}")
+    out = []
+    for t, decl in zip(types, decls):
+        pointer = "*" in decl
+        base = re.sub(r"\b(const|volatile|__restrict__|restrict)\b|\*", " ", decl).split()
+        ctype = " ".join(base[:-1])  # the last word is the parameter's name
+        out.append(Param(t, decl, pointer, _C_SIZES.get(ctype, 0) if pointer else 0))
+    return out
+
+
+def describe_arg(arg) -> tuple[str, int, str]:
+    """(kind, bits, text) of a launch argument as CuPy passes it: arrays as 64-bit pointers,
+    NumPy scalars at their own width, Python ints as int64 and floats as float64."""
+    if isinstance(arg, StandInArray):
+        return "pointer", 64, f"a {arg.dtype} array"
+    if isinstance(arg, (bool, np.bool_)):
+        return "uint", 8, f"bool {arg!r}"
+    if isinstance(arg, np.generic):
+        kind = {"i": "int", "u": "uint", "f": "float"}.get(arg.dtype.kind, arg.dtype.kind)
+        return kind, arg.dtype.itemsize * 8, f"{arg.dtype} {arg!r}"
+    if isinstance(arg, int):
+        return "int", 64, f"Python int {arg} (passed as int64)"
+    if isinstance(arg, float):
+        return "float", 64, f"Python float {arg} (passed as float64)"
+    return "object", 0, f"{type(arg).__name__}"
+
+
+def check_args(entry: str, params: list[Param], args) -> None:
+    """LaunchCheckError unless ``args`` match ``params`` one for one."""
+    if len(args) != len(params):
+        raise LaunchCheckError(f"{entry} declares {len(params)} parameters (PTX .entry) but the "
+                               f"launch passes {len(args)} arguments")
+    for i, (p, a) in enumerate(zip(params, args)):
+        kind, bits, text = describe_arg(a)
+        where = f"{entry}: argument {i} ({text}) for parameter '{p.decl}' (.{p.ptx})"
+        if p.pointer != (kind == "pointer"):
+            want = "a device array" if p.pointer else "a value"
+            raise LaunchCheckError(f"{where}: the kernel takes {want}")
+        if p.pointer:
+            if p.pointee and a.dtype.itemsize != p.pointee:
+                raise LaunchCheckError(f"{where}: elements of {a.dtype.itemsize} bytes where "
+                                       f"the kernel reads {p.pointee}")
+            continue
+        if bits != p.bits or (kind == "float") != p.ptx.startswith("f"):
+            raise LaunchCheckError(f"{where}: {bits}-bit {kind} where the kernel reads "
+                                   f"{p.bits}-bit {'float' if p.ptx.startswith('f') else 'int'}")
+
+
+def check_geometry(entry: str, arch: str, grid, block, shared_mem: int) -> None:
+    """LaunchCheckError unless grid, block and dynamic shared memory are within the device's
+    limits."""
+    lim = limits(arch)
+    for what, dims, caps in (("grid", grid, lim.max_grid), ("block", block, lim.max_block_dims)):
+        for d, cap in zip(dims, caps):
+            if not 1 <= int(d) <= cap:
+                raise LaunchCheckError(f"{entry}: {what} {tuple(dims)} is outside 1..{caps}")
+    threads = int(np.prod(block))
+    if threads > lim.max_threads_per_block:
+        raise LaunchCheckError(f"{entry}: block of {threads} threads exceeds "
+                               f"{lim.max_threads_per_block}")
+    if shared_mem > lim.smem_static_max:
+        raise LaunchCheckError(f"{entry}: {shared_mem} bytes of dynamic shared memory exceed "
+                               f"{lim.smem_static_max} (no opt-in attribute is set)")
+
+
+@dataclass
+class Launch:
+    """One recorded kernel launch."""
+
+    entry: str
+    source: str
+    options: tuple
+    grid: tuple
+    block: tuple
+    args: tuple
+    shared_mem: int = 0
+
+
+class _Function:
+    def __init__(self, module: "_Module", entry: str, params):
+        self.module, self.entry, self.params = module, entry, params
+
+    def __call__(self, grid, block, args, shared_mem: int = 0, stream=None):
+        cupy = self.module.cupy
+        cupy.launches.append(Launch(self.entry, self.module.code, self.module.options,
+                                    tuple(grid), tuple(block), tuple(args), shared_mem))
+        if cupy.check:
+            check_geometry(self.entry, cupy.arch, grid, block, shared_mem)
+            check_args(self.entry, self.params, args)
+
+
+class _Module:
+    def __init__(self, cupy: "StandInCupy", code: str, options: tuple):
+        self.cupy, self.code, self.options = cupy, code, tuple(options)
+
+    def get_function(self, entry: str) -> _Function:
+        if not self.cupy.check:
+            return _Function(self, entry, None)
+        try:
+            ptx = nvrtc.compile_to_ptx(self.code, self.cupy.arch, self.options)
+        except Exception as exc:  # NVRTC's CompileError, as CuPy's CompileException
+            raise CompileException(getattr(exc, "log", "") or str(exc)) from None
+        return _Function(self, entry, kernel_params(self.code, entry, ptx))
+
+
+class _Event:
+    def record(self, stream=None):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class StandInCupy:
+    """The CuPy module as the CUDA backend sees it, for one device of ``arch``.
+
+    Attributes:
+        launches: every launch so far (:class:`Launch`), checked or not.
+        check: compile each kernel to PTX and check every launch (NVRTC needed).
+    """
+
+    def __init__(self, arch: str = "sm_90", check: bool = True, device_count: int = 1,
+                 name: str = "gpucg stand-in GPU"):
+        self.arch, self.check, self.launches = arch, check, []
+        self.limits = limits(arch)
+        self.ndarray = StandInArray
+        major, minor = self.limits.compute_capability
+        props = {"name": name.encode(), "major": major, "minor": minor,
+                 "maxThreadsPerBlock": self.limits.max_threads_per_block,
+                 "sharedMemPerBlock": self.limits.smem_static_max,
+                 "sharedMemPerBlockOptin": self.limits.smem_per_block_optin,
+                 "regsPerBlock": self.limits.max_regs_per_block, "warpSize": 32,
+                 "maxGridSize": self.limits.max_grid,
+                 "maxThreadsDim": self.limits.max_block_dims}
+        device = SimpleNamespace(id=0, compute_capability=f"{major}{minor}")
+        self.cuda = SimpleNamespace(
+            runtime=SimpleNamespace(getDeviceCount=lambda: device_count,
+                                    getDeviceProperties=lambda i: dict(props)),
+            Device=lambda i=0: device,
+            compiler=SimpleNamespace(CompileException=CompileException),
+            get_current_stream=lambda: SimpleNamespace(synchronize=lambda: None),
+            Event=_Event, get_elapsed_time=lambda start, end: 0.0)
+
+    def RawModule(self, code: str, options=()):  # noqa: N802 (CuPy's name)
+        return _Module(self, code, tuple(options))
+
+    def empty(self, shape, dtype) -> StandInArray:
+        return StandInArray(shape, dtype)
+
+    def asarray(self, array) -> StandInArray:
+        array = np.asarray(array)
+        return StandInArray(array.shape, array.dtype)
+
+    def asnumpy(self, array) -> np.ndarray:
+        """Zeros: the stand-in keeps no data (run functions that read device values back,
+        such as topk's early stop, see zeros and take their longest path)."""
+        return np.zeros(array.shape, array.dtype)
+
+    def ascontiguousarray(self, array):
+        return array

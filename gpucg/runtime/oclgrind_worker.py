@@ -1,0 +1,143 @@
+"""The child process of :func:`gpucg.runtime.oclgrind.run`: runs operator calls on Oclgrind.
+
+``python -m gpucg.runtime.oclgrind_worker DIR`` reads the tasks from ``DIR/../tasks.json``,
+claims them one at a time (with the other children) and appends one JSON line per task it ran
+to ``DIR/results.jsonl``. Its environment (made by
+:func:`gpucg.runtime.oclgrind.environment`) makes Oclgrind the OpenCL device. Oclgrind writes
+its reports to ``DIR/oclgrind.log`` and its instruction counts to standard output, which is
+sent to ``DIR/counts.txt``; each task takes the part written while it ran.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .oclgrind import Result, Task, parse_counts, parse_log
+
+_LIBC = ctypes.CDLL(None)
+#: tolerance of float results, relative to the largest magnitude of the reference
+_TOL = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
+
+
+def case_inputs(types, rng) -> list[np.ndarray]:
+    """Inputs for a call: small integers (cumprod stays in range), floats of both signs with
+    magnitudes near 1 (products neither vanish nor overflow), half the bools set."""
+    out = []
+    for t in types:
+        shape = tuple(int(d) for d in t.shape)
+        if t.dtype == "bool":
+            out.append(rng.random(shape) < 0.5)
+        elif t.dtype.startswith(("int", "uint")):
+            lo = 0 if t.dtype.startswith("u") else -3
+            out.append(rng.integers(lo, 4, size=shape).astype(t.dtype))
+        else:
+            mag = rng.uniform(0.75, 1.25, size=shape)
+            out.append((mag * rng.choice([-1.0, 1.0], size=shape)).astype(t.dtype))
+    return out
+
+
+def mismatch(got, want) -> str:
+    """"" when every output equals the reference (floats within a dtype tolerance)."""
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    if len(got) != len(want):
+        return f"{len(got)} outputs, the reference has {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {i} is {g.shape} {g.dtype}, the reference {w.shape} {w.dtype}"
+        if w.dtype.kind != "f":
+            if not np.array_equal(g, w):
+                return f"output {i}: {int(np.sum(g != w))} of {w.size} elements differ"
+            continue
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        scale = max(1.0, float(np.max(np.abs(w64[np.isfinite(w64)]), initial=0.0)))
+        err = np.abs(g64 - w64)
+        bad = ~((err <= _TOL[w.dtype.name] * scale) | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
+        if bad.any():
+            return (f"output {i}: {int(bad.sum())} of {w.size} elements differ "
+                    f"(worst {float(np.nanmax(err)):.3g}, scale {scale:.3g})")
+    return ""
+
+
+def _tail(path: Path, start: int) -> tuple[str, int]:
+    try:
+        with open(path, "rb") as fh:
+            if fh.seek(0, 2) < start:  # a new OpenCL context starts Oclgrind's log afresh
+                start = 0
+            fh.seek(start)
+            data = fh.read()
+    except OSError:
+        return "", start
+    return data.decode(errors="replace"), start + len(data)
+
+
+def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
+    import gpucg
+
+    op = gpucg.get_op(task.op)
+    case = op.representative(task.kind)[task.case]
+    res = Result(task, label=case.label or ", ".join(map(str, case.inputs)))
+    t0 = time.perf_counter()
+    try:
+        compiled = gpucg.compile(task.op, *case.inputs, target="opencl", impl=task.impl,
+                                 index=task.index, records=False, **case.attrs)
+        inputs = case_inputs(case.inputs, np.random.default_rng(task.case))
+        got = compiled(*inputs)
+        res.impl = compiled.last_impl or ""
+        want = op.reference(*inputs, compiled.attrs)
+        res.error = mismatch(got, want)
+        if res.error:
+            host = gpucg.compile(task.op, *case.inputs, target="numpy", **case.attrs)(*inputs)
+            if mismatch(host, want):
+                # random inputs outside the reference's domain (a Winograd-domain weight that
+                # no 3x3 weight transforms to): the numpy target, tested against the
+                # reference on valid inputs, is the oracle
+                res.error = mismatch(got, host) and f"{mismatch(got, host)} (against the numpy target)"
+        outs = want if isinstance(want, tuple) else (want,)
+        res.compulsory = sum(x.nbytes for x in inputs) + sum(np.asarray(o).nbytes for o in outs)
+    except Exception as exc:  # reported per task; the other tasks still run
+        res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    res.seconds = time.perf_counter() - t0
+    _LIBC.fflush(None)  # Oclgrind's counts sit in C's stdout buffer until flushed
+    text, offsets[0] = _tail(log, offsets[0])
+    res.reports = parse_log(text)
+    text, offsets[1] = _tail(counts, offsets[1])
+    res.traffic = parse_counts(text)
+    return res
+
+
+def main(argv) -> int:
+    wd = Path(argv[0])
+    tasks = [Task(**d) for d in json.loads((wd.parent / "tasks.json").read_text())]
+    counts = wd / "counts.txt"
+    fd = os.open(counts, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)  # Oclgrind prints its instruction counts on standard output
+    log = Path(os.environ.get("OCLGRIND_LOG", wd / "oclgrind.log"))
+    offsets = [0, 0]
+    with open(wd / "results.jsonl", "a") as out:
+        for number, task in enumerate(tasks):
+            try:  # the first child to create the claim runs the task
+                os.close(os.open(wd.parent / "claims" / str(number), os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                continue
+            res = run_task(task, log, counts, offsets)
+            d = {"number": number, "task": task.__dict__, "impl": res.impl, "label": res.label,
+                 "error": res.error, "reports": [r.__dict__ for r in res.reports[:20]],
+                 "report_count": len(res.reports),  # the count, not every copy of a message
+                 "traffic": [k.__dict__ for k in res.traffic], "compulsory": res.compulsory,
+                 "seconds": res.seconds}
+            out.write(json.dumps(d) + "\n")
+            out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

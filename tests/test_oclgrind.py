@@ -1,0 +1,135 @@
+"""Every implementation of every operator under Oclgrind, a simulated GPU that checks every
+memory access: its "small" Cases, forced with impl=, 32-bit indexing on every case and 64-bit
+on the first, with data-race and API checks. Zero reports, results equal to NumPy, and the
+global memory traffic of the implementations a GPU selects no worse than tests/resources.json.
+"""
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import gpucg
+from gpucg.runtime import oclgrind
+from gpucg.runtime.baseline import compare_traffic, load, traffic_key
+
+BASELINE = Path(__file__).parent / "resources.json"
+
+LOG = """
+Read-write data race at global memory address 0x5000000000008
+\tKernel: gpucg_topk_topk_radix_scan
+\t
+\tFirst entity:  Global(63,0,0) Local(63,0,0) Group(0,0,0)
+\t  store i32 %sub, i32 addrspace(1)* %arrayidx40, align 4
+
+Invalid read of size 4 at global memory address 0x1000000000200
+\tKernel: k
+\tEntity: Global(127,0,0) Local(63,0,0) Group(1,0,0)
+"""
+
+COUNTS = """Instructions executed for kernel 'a':
+             256 - getelementptr
+             130 - load global (520 bytes)
+             128 - store global (512 bytes)
+             128 - load local (512 bytes)
+Instructions executed for kernel 'b':
+           1,024 - load global (4,096 bytes)
+"""
+
+
+def test_parse_reports_and_counts():
+    reports = oclgrind.parse_log(LOG)
+    assert [(r.title.split(" at ")[0], r.kernel) for r in reports] == [
+        ("Read-write data race", "gpucg_topk_topk_radix_scan"), ("Invalid read of size 4", "k")]
+    counts = oclgrind.parse_counts(COUNTS)
+    assert [(k.kernel, k.loaded, k.stored) for k in counts] == [("a", 520, 512), ("b", 4096, 0)]
+
+
+RACY = textwrap.dedent("""
+    import gpucg  # first: each new OpenCL context makes Oclgrind start its log afresh
+    print(gpucg.targets()[1].device)
+    import numpy as np, pyopencl as cl
+    dev = [d for p in cl.get_platforms() for d in p.get_devices() if "Oclgrind" in d.name][0]
+    ctx = cl.Context([dev]); q = cl.CommandQueue(ctx)
+    # work-item 0 reads b[1] while work-item 1 writes it, with no barrier between them
+    src = '''__kernel void racy(__global const int* a, __global int* b) {
+        const int i = get_global_id(0);
+        b[i] = a[i] + (get_local_id(0) == 0 ? b[1] : 0);
+    }'''
+    prg = cl.Program(ctx, src).build()
+    mf = cl.mem_flags
+    a = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.arange(128, dtype=np.int32))
+    b = cl.Buffer(ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=np.zeros(128, dtype=np.int32))
+    cl.Kernel(prg, "racy")(q, (128,), (64,), a, b); q.finish()
+""")
+
+
+def test_the_environment_selects_oclgrind_and_catches_a_race(oclgrind_or_skip, tmp_path):
+    env = oclgrind.environment(tmp_path)
+    done = subprocess.run([sys.executable, "-c", RACY], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Oclgrind Simulator" in done.stdout and "gpu" in done.stdout
+    titles = {r.title.split(" at ")[0] for r in
+              oclgrind.parse_log((tmp_path / "oclgrind.log").read_text())}
+    assert "Read-write data race" in titles
+
+
+def test_normal_runs_never_pick_oclgrind(oclgrind_or_skip, tmp_path):
+    env = oclgrind.environment(tmp_path)
+    env.pop("GPUCG_OPENCL_DEVICE")
+    code = "import gpucg; print(gpucg.targets()[1].device or gpucg.targets()[1].reason)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300).stdout
+    assert "Oclgrind" not in out
+
+
+def test_every_implementation_under_oclgrind(oclgrind_or_skip):
+    tasks = oclgrind.tasks_for()
+    assert {t.op for t in tasks} >= {"cumsum", "topk", "conv2d"}
+    assert {t.index for t in tasks} == {"int32", "int64"}
+    t0 = time.perf_counter()
+    results = oclgrind.run(tasks, checks=True, counts=True)
+    took = time.perf_counter() - t0
+    bad = [r.describe() for r in results if not r.ok]
+    slowest = sorted(results, key=lambda r: -r.seconds)[:3]
+    print(f"\nOclgrind: {len(results)} calls in {took:.0f} s, {len(bad)} with reports or wrong "
+          "results; slowest: " + "; ".join(f"{r.task.op}/{r.impl} {r.seconds:.1f} s"
+                                         for r in slowest))
+    assert not bad, "\n\n".join(bad)
+    impls = {(t.op, t.impl) for t in tasks}
+    for name in gpucg.list_ops():  # every kernel implementation a GPU may run was forced
+        for case in gpucg.get_op(name).representative("small"):
+            sel = gpucg.explain(name, *case.inputs, target="opencl -device=gpu", records=False,
+                                **case.attrs)
+            assert all((name, c.name.rsplit(".", 1)[0]) in impls for c in sel.candidates
+                       if c.verdict != "excluded")
+    # the traffic of what a GPU selects, against the checked-in figures
+    selected = []
+    for r in results:
+        t = r.task
+        case = gpucg.get_op(t.op).representative("small")[t.case]
+        sel = gpucg.explain(t.op, *case.inputs, target="opencl -device=gpu", records=False,
+                            **case.attrs)
+        if t.index == "int32" and sel.choices[0].impl.name == r.impl:
+            selected.append(r)
+    figures = load(BASELINE).get("traffic", {})
+    known = [r for r in selected if traffic_key(r) in figures]
+    assert known, f"{BASELINE} has no traffic figures: run `make resources-json`"
+    assert not compare_traffic(known, figures), "\n".join(compare_traffic(known, figures))
+    for r in selected:
+        print("  " + oclgrind.traffic_line(r))
+
+
+def test_cli_resources_traffic(oclgrind_or_skip, nvrtc_or_skip, capsys):
+    from gpucg import cli
+
+    assert cli.main(["resources", "relu", "--input", "3,1001:float32", "--arch", "sm_80",
+                     "--traffic"]) == 0
+    out = capsys.readouterr().out
+    assert "injective.cuda*" in out
+    assert ("relu [Tensor[(3, 1001), float32]] injective.opencl: 12,012 B loaded + 12,012 B "
+            "stored = 1.00x the compulsory 24,024 B") in out
