@@ -57,6 +57,10 @@ bench: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[opencl]"
 	$(VENV)/bin/gpucg bench scan
 	$(VENV)/bin/gpucg bench topk
+	$(VENV)/bin/gpucg bench conv2d
+	$(VENV)/bin/gpucg bench dense
+	$(VENV)/bin/gpucg bench reduce
+	$(VENV)/bin/gpucg bench softmax
 
 clean:
 	rm -rf $(VENV) .gpucg_cache .pytest_cache .hypothesis

@@ -67,7 +67,8 @@ def _fast_key(op_name, arrays, target, attrs):
             return None  # other arrays go through ingestion every call
         parts.append((x.dtype, x.shape))
     key = (op_name, target if isinstance(target, (str, type(None))) else str(target),
-           os.environ.get("GPUCG_TARGET"), tuple(attrs.items()), tuple(parts))
+           os.environ.get("GPUCG_TARGET"),
+           tuple((k, type(v), v) for k, v in attrs.items()), tuple(parts))  # 1 is not True
     try:
         hash(key)
     except TypeError:  # a list among the attributes

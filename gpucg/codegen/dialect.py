@@ -79,7 +79,7 @@ class Dialect:
             ) from None
 
     def utype(self, bits: int) -> str:
-        """The unsigned integer type of ``bits`` (16, 32 or 64) bits."""
+        """The unsigned integer type of ``bits`` (8, 16, 32 or 64) bits."""
         try:
             return self.utypes[bits]
         except KeyError:
@@ -162,7 +162,7 @@ CUDA = Dialect(
            "float16": "__half", "float32": "float", "float64": "double"},
     type_preambles={"float16": "#include <cuda_fp16.h>"},
     source_ext=".cu",
-    utypes={16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"},
+    utypes={8: "unsigned char", 16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"},
     device_fn="__device__ __forceinline__",
     u64_suffix="ULL",
     half_storage="unsigned short",
@@ -200,7 +200,7 @@ OPENCL = Dialect(
     type_preambles={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
                     "float16": "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"},
     source_ext=".cl",
-    utypes={16: "ushort", 32: "uint", 64: "ulong"},
+    utypes={8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"},
     device_fn="static inline",
     u64_suffix="UL",
     half_load="vload_half({index}, {ptr})",

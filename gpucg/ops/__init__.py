@@ -13,7 +13,10 @@ from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, equal, er
                           maximum, minimum, multiply, neg, negative, not_equal, pad,
                           placeholders, power, relu, reshape, rsqrt, sigmoid, sqrt, subtract,
                           sum_to, tanh, transpose, where)
-from .reduce import sum  # noqa: A004
+from .norm import layer_norm, log_softmax, rms_norm, softmax
+from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
+from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
+                     sum)
 from .scan import cumprod, cumsum
 from .topk import argsort, sort, topk
 
@@ -23,4 +26,7 @@ __all__ = ["Fused", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "cl
            "multiply", "neg", "negative", "not_equal", "pad", "placeholders", "power",
            "reshape", "rsqrt", "sigmoid", "sqrt", "subtract", "sum_to", "tanh", "transpose",
            "where", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",
-           "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform"]
+           "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform",
+           "all", "any", "argmax", "argmin", "max", "mean", "min", "prod",
+           "layer_norm", "log_softmax", "rms_norm", "softmax",
+           "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d"]

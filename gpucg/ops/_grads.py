@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..errors import OpError
 from ..shape import normalize_axis
-from ._window import same_pads
+from ._window import is_same, same_pads
 
 _GELU_T = ("tanh(multiply(0.7978845608028654, add(x1, multiply(0.044715, "
            "multiply(x1, multiply(x1, x1))))))")
@@ -158,10 +158,11 @@ def sum_gradient(ctx):
 # -- conv2d -----------------------------------------------------------------------------------
 
 def _pads(a, h, w, kh, kw):
-    if a.padding != "SAME":
+    if not is_same(a.padding):
         return a.padding
-    t, b = same_pads(h, kh, a.strides[0], a.dilation[0])
-    left, r = same_pads(w, kw, a.strides[1], a.dilation[1])
+    lower = a.padding == "SAME_LOWER"
+    t, b = same_pads(h, kh, a.strides[0], a.dilation[0], lower)
+    left, r = same_pads(w, kw, a.strides[1], a.dilation[1], lower)
     return (t, left, b, r)
 
 

@@ -25,15 +25,23 @@ def pair(name: str, value, low: int) -> tuple[int, int]:
     return pair
 
 
+#: the automatic paddings: output ceil(size / stride); an odd total puts the extra row or
+#: column after ("SAME", ONNX's SAME_UPPER) or before ("SAME_LOWER")
+SAME_PADDINGS = ("SAME", "SAME_LOWER")
+
+
 def normalize_padding(value):
-    """(top, left, bottom, right), or "SAME"; "VALID" becomes (0, 0, 0, 0)."""
+    """(top, left, bottom, right), "SAME" or "SAME_LOWER"; "VALID" becomes (0, 0, 0, 0)."""
     if isinstance(value, str):
         key = value.upper()
         if key == "VALID":
             return (0, 0, 0, 0)
-        if key == "SAME":
+        if key in ("SAME", "SAME_UPPER"):
             return "SAME"
-        raise AttrError(f"padding={value!r} is not allowed; allowed strings: 'SAME', 'VALID'")
+        if key == "SAME_LOWER":
+            return "SAME_LOWER"
+        raise AttrError(f"padding={value!r} is not allowed; allowed strings: 'SAME', 'VALID', "
+                        "'SAME_LOWER' ('SAME_UPPER' is 'SAME')")
     if isinstance(value, (list, tuple)):
         if len(value) not in (2, 4):
             raise AttrError(f"padding={describe(value)} has {len(value)} values; allowed: an int, "
@@ -58,19 +66,38 @@ def choice(name: str, value, allowed):
     return value
 
 
-def out_size(size, k: int, stride: int, dilation: int, pads, same: bool):
-    """Output length along one spatial axis (pads: (before, after))."""
+def is_same(padding) -> bool:
+    """True for the automatic paddings ("SAME", "SAME_LOWER")."""
+    return isinstance(padding, str) and padding in SAME_PADDINGS
+
+
+def out_size(size, k: int, stride: int, dilation: int, pads, same: bool, ceil: bool = False):
+    """Output length along one spatial axis (pads: (before, after)).
+
+    ``ceil`` rounds the last partial window up, as PyTorch's ceil_mode: a window is kept if it
+    starts inside the input or its leading padding, so out = min(ceil(L / s) + 1,
+    ceil((size + before) / s)) with L = size + before + after - span.
+    """
     if same:
         return simplify_dim(sympy.ceiling(sympy.sympify(size) / stride)) \
             if not isinstance(size, int) else -(-size // stride)
     span = (k - 1) * dilation + 1
+    room = size + pads[0] + pads[1] - span
     if isinstance(size, int):
-        return (size + pads[0] + pads[1] - span) // stride + 1
-    return simplify_dim(sympy.floor((size + pads[0] + pads[1] - span) / sympy.Integer(stride)) + 1)
+        if not ceil:
+            return room // stride + 1
+        return min(-(-room // stride) + 1, -(-(size + pads[0]) // stride))
+    s = sympy.Integer(stride)
+    if not ceil:
+        return simplify_dim(sympy.floor(room / s) + 1)
+    return simplify_dim(sympy.Min(sympy.ceiling(room / s) + 1, sympy.ceiling((size + pads[0]) / s)))
 
 
-def same_pads(size: int, k: int, stride: int, dilation: int) -> tuple[int, int]:
-    """(before, after) padding of "SAME" for a concrete length (the extra one goes after)."""
+def same_pads(size: int, k: int, stride: int, dilation: int,
+              lower: bool = False) -> tuple[int, int]:
+    """(before, after) padding of "SAME" for a concrete length: the extra one of an odd total
+    goes after, or before when ``lower`` ("SAME_LOWER", as ONNX's auto_pad)."""
     out = -(-size // stride)
     total = max((out - 1) * stride + (k - 1) * dilation + 1 - size, 0)
-    return total // 2, total - total // 2
+    small, big = total // 2, total - total // 2
+    return (big, small) if lower else (small, big)

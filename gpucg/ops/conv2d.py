@@ -1,9 +1,10 @@
 """2-D convolution (conv2d): attributes, geometry, type relation, reference, eager function.
 
 Layouts: data NCHW or NHWC, weights OIHW or HWIO (any pairing); groups split the channels;
-``padding`` is an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" or "VALID". The
-epilogue (alpha, the bias of shape (O,), the activation, a residual of the output's shape scaled
-by beta; gpucg/ops/_epilogue.py) is applied in the kernel that computes the convolution.
+``padding`` is an int, (pad_h, pad_w), (top, left, bottom, right), "SAME", "SAME_LOWER" or
+"VALID". The epilogue (alpha, the bias of shape (O,), the activation, a residual of the
+output's shape scaled by beta; gpucg/ops/_epilogue.py) is applied in the kernel that computes
+the convolution.
 float16 data is stored as float16 and accumulated in float32.
 """
 
@@ -20,7 +21,7 @@ from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, var
 from . import _epilogue
 from ._epilogue import ACTIVATIONS  # noqa: F401 (conv2d_winograd's attributes check it)
-from ._window import choice, normalize_padding, out_size, pair, same_pads
+from ._window import choice, is_same, normalize_padding, out_size, pair, same_pads
 
 DTYPES = ("float16", "float32")
 DATA_LAYOUTS = ("NCHW", "NHWC")
@@ -33,7 +34,8 @@ class Conv2dAttrs:
 
     Attributes:
         strides, dilation: (h, w) pairs (an int means both).
-        padding: (top, left, bottom, right) or "SAME" (see :func:`normalize_padding`).
+        padding: (top, left, bottom, right), "SAME" or "SAME_LOWER" (see
+            :func:`normalize_padding`).
         groups: channel groups; must divide the input and output channels.
         data_layout: "NCHW" or "NHWC"; kernel_layout: "OIHW" or "HWIO".
         out_dtype: the output dtype (None: the data's).
@@ -113,16 +115,17 @@ def weight_dims(t, layout: str):
 
 def pads_for(attrs, h: int, w: int, kh: int, kw: int) -> tuple[int, int, int, int]:
     """Concrete (top, left, bottom, right) padding for data of height h and width w."""
-    if attrs.padding == "SAME":
-        t, b = same_pads(h, kh, attrs.strides[0], attrs.dilation[0])
-        left, r = same_pads(w, kw, attrs.strides[1], attrs.dilation[1])
+    if is_same(attrs.padding):
+        lower = attrs.padding == "SAME_LOWER"
+        t, b = same_pads(h, kh, attrs.strides[0], attrs.dilation[0], lower)
+        left, r = same_pads(w, kw, attrs.strides[1], attrs.dilation[1], lower)
         return (t, left, b, r)
     return attrs.padding
 
 
 def geometry(data: TensorType, kh: int, kw: int, o: int, attrs) -> Geometry:
     n, c, h, w = data_dims(data, attrs.data_layout)
-    same = attrs.padding == "SAME"
+    same = is_same(attrs.padding)
     pads = (0, 0, 0, 0) if same else attrs.padding
     oh = out_size(h, kh, attrs.strides[0], attrs.dilation[0], (pads[0], pads[2]), same)
     ow = out_size(w, kw, attrs.strides[1], attrs.dilation[1], (pads[1], pads[3]), same)
@@ -194,7 +197,7 @@ def _type_rel(inputs, attrs):
 
 def size_constraints(geo: Geometry, attrs) -> list:
     """The kernel must fit the padded input: a rule on H and W, which may be symbolic."""
-    if attrs.padding == "SAME":
+    if is_same(attrs.padding):
         return []
     pt, pl, pb, pr = attrs.padding
     axis_h, axis_w = (2, 3) if attrs.data_layout == "NCHW" else (1, 2)
@@ -344,7 +347,8 @@ def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups
         data: (N, C, H, W) for NCHW or (N, H, W, C) for NHWC; float32 or float16.
         weight: (O, C // groups, KH, KW) for OIHW or (KH, KW, C // groups, O) for HWIO.
         strides, dilation: an int or (h, w).
-        padding: an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" or "VALID".
+        padding: an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" (an odd total
+            padding puts the extra after), "SAME_LOWER" (before, as ONNX) or "VALID".
         groups: channel groups (groups == C: depthwise).
         out_dtype: the output dtype (default: the data's); float16 accumulates in float32.
         bias: None or shape (O,), added in the same kernel; activation: None, "relu", "gelu",

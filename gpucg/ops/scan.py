@@ -12,8 +12,9 @@ from ..op import Case, OpPattern, register_op
 from ..shape import TensorType, dtype_name, normalize_axis, split_axis
 
 #: input dtypes scan accepts, and the dtypes it can produce
-IN_DTYPES = ("bool", "int32", "int64", "float32", "float64")
-OUT_DTYPES = ("int32", "int64", "float32", "float64")
+OUT_DTYPES = ("int32", "int64", "float32", "float64", "int8", "int16", "uint8", "uint16",
+              "uint32", "uint64")
+IN_DTYPES = ("bool",) + OUT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -24,11 +25,14 @@ class ScanAttrs:
         axis: the axis to scan (negative counts from the end); None scans the flattened input.
         dtype: the output (and accumulation) dtype; None chooses as NumPy does.
         exclusive: if True, element i holds the scan of elements before i (identity first).
+        reverse: if True, scan from the end: element i holds the scan of elements i.. (with
+            exclusive, of the elements after i, as ONNX's CumSum defines it).
     """
 
     axis: int | None = None
     dtype: str | None = None
     exclusive: bool = False
+    reverse: bool = False
 
     def __post_init__(self):
         if self.axis is not None and (isinstance(self.axis, (bool, np.bool_))
@@ -39,11 +43,15 @@ class ScanAttrs:
         if self.dtype is not None:
             object.__setattr__(self, "dtype", dtype_name(self.dtype, "dtype", OUT_DTYPES))
         object.__setattr__(self, "exclusive", require_bool("exclusive", self.exclusive))
+        object.__setattr__(self, "reverse", require_bool("reverse", self.reverse))
 
 
 def default_out_dtype(in_dtype: str) -> str:
-    """NumPy's choice: small integers and bool accumulate in the platform integer (int64)."""
-    return "int64" if in_dtype in ("bool", "int32") else in_dtype
+    """NumPy's choice (64-bit platform): bool and signed integers accumulate in int64, unsigned
+    ones in uint64."""
+    if in_dtype in ("bool", "int8", "int16", "int32"):
+        return "int64"
+    return "uint64" if in_dtype in ("uint8", "uint16", "uint32") else in_dtype
 
 
 def _type_rel(op: str):
@@ -71,6 +79,8 @@ def reference(kind: str):
             axis = 0
         else:
             axis = normalize_axis(attrs.axis, data.ndim)
+        if attrs.reverse:  # scan the reversed axis, then reverse back
+            data = np.flip(data, axis)
         out = fn(data, axis=axis, dtype=dtype)
         if attrs.exclusive and out.shape[axis] > 0:
             shifted = np.empty_like(out)
@@ -83,7 +93,7 @@ def reference(kind: str):
             shifted[tuple(head)] = 0 if kind == "sum" else 1
             shifted[tuple(rest)] = out[tuple(body)]
             out = shifted
-        return out
+        return np.flip(out, axis) if attrs.reverse else out
     return ref
 
 
@@ -98,7 +108,9 @@ def _cases():
              Case((t((2053,), "float32"),), {"axis": 0}, "small", "1-D, just over a tile"),
              Case((t((3, 257), "int32"),), {"axis": 1, "exclusive": True}, "small"),
              Case((t((37, 5), "float64"),), {"axis": 0}, "small"),
-             Case((t((2, 7, 3), "float32"),), {"axis": 1}, "small")]
+             Case((t((2, 7, 3), "float32"),), {"axis": 1}, "small"),
+             Case((t((3, 2053), "uint8"),), {"axis": 1, "reverse": True, "exclusive": True},
+                  "small", "reverse, exclusive, unsigned")]
     return bench + small
 
 
@@ -111,23 +123,28 @@ for _name, _kind in (("cumsum", "sum"), ("cumprod", "prod")):
     )
 
 
-def cumsum(data, axis=None, dtype=None, exclusive=False, *, target=None):
+def cumsum(data, axis=None, dtype=None, exclusive=False, reverse=False, *, target=None):
     """Cumulative sum along ``axis`` (None: of the flattened input), as ``np.cumsum``.
 
     Args:
         data: a NumPy, CuPy or PyOpenCL array. NumPy in gives NumPy out; device arrays stay on
             their device.
         axis: the axis to scan; negative counts from the end; None flattens first.
-        dtype: output and accumulation dtype; default as NumPy (bool/int32 -> int64).
+        dtype: output and accumulation dtype; default as NumPy (bool and signed integers ->
+            int64, unsigned ones -> uint64).
         exclusive: if True, the first element is 0 and element i sums the elements before i.
+        reverse: if True, scan from the end (element i sums elements i..; with exclusive,
+            the elements after i, as ONNX's CumSum).
         target: "cuda", "opencl", "numpy" or None for the default target.
     """
-    return call("cumsum", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive)
+    return call("cumsum", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive,
+                reverse=reverse)
 
 
-def cumprod(data, axis=None, dtype=None, exclusive=False, *, target=None):
+def cumprod(data, axis=None, dtype=None, exclusive=False, reverse=False, *, target=None):
     """Cumulative product along ``axis``, as ``np.cumprod``; see :func:`cumsum`."""
-    return call("cumprod", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive)
+    return call("cumprod", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive,
+                reverse=reverse)
 
 
 # -- gradients: reverse cumulative sums, written with registered operators (gpucg/ops/_grads.py)

@@ -18,7 +18,8 @@ from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, normalize_axis
 
 #: input dtypes topk/sort/argsort accept
-IN_DTYPES = ("float16", "float32", "float64", "int32", "int64")
+IN_DTYPES = ("float16", "float32", "float64", "int32", "int64", "int8", "int16", "uint8", "uint16",
+             "uint32", "uint64")
 INDEX_DTYPES = ("int32", "int64")
 RET_TYPES = ("both", "values", "indices")
 
@@ -190,7 +191,8 @@ def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32", *,
     """The ``k`` largest (``is_ascend=True``: smallest) elements along ``axis``, in order.
 
     Args:
-        data: a NumPy, CuPy or PyOpenCL array (float16/32/64, int32/64).
+        data: a NumPy, CuPy or PyOpenCL array (float16/32/64, signed or unsigned integers of
+            8 to 64 bits).
         k: how many to keep; k < 1 keeps the whole axis.
         axis: the axis; negative counts from the end.
         ret_type: "both" returns (values, indices); "values" or "indices" returns one array.

@@ -1,7 +1,294 @@
-"""Strategies of the reductions: the shared reduce schedule of gpucg.strategies.generic."""
+"""Strategies of the reductions: which kernel reduces which rows, on which target.
+
+A reduction of one run of neighbouring axes is the (outer, n, inner) view of its input: n the
+reduced length, inner the product of the dimensions after it (1 when the last axes are
+reduced). Reducing separate runs of axes takes one pass per run.
+
+GPU implementations, by plevel (conditions on the symbolic sizes, checked at run time):
+  reduce_warp    inner == 1 and n <= 512: 32 work-items (a warp) a row, 8 rows a work-group.
+  reduce_split   inner == 1, n >= 16384 and outer < 1024: few long rows; each row split over
+                 several work-groups, the partial results reduced by a second pass.
+  reduce_group   inner == 1: one work-group a row.
+  reduce_cols    any inner: a non-last axis read where it lies, 32 neighbouring columns a
+                 work-group (coalesced), split down the columns when they are too few.
+  reduce_passes  any axes: one pass per run of reduced axes, each a row or column reduction.
+The warp and group reductions meet in local memory with barriers, not sub-group shuffles:
+cl_khr_subgroups is not portable (PoCL on CPUs and Oclgrind lack it), and one template serves
+CUDA and OpenCL. On an OpenCL CPU device (PoCL) the same kernels run with one work-item per
+row or column, each streaming its own run of memory. The host target runs NumPy itself.
+"""
 
 from __future__ import annotations
 
-from .generic import schedule_strategies
+from dataclasses import dataclass
 
-STRATEGIES = {"sum": schedule_strategies("sum", "reduce")}
+import numpy as np
+import sympy
+
+from ..autotune.space import ConfigSpace
+from ..implementation import Kernel, host_impl, kernel_impl
+from ..ops._axes import passes
+from ..ops.reduce import ARG_OPS, OPS, acc_dtype, reduced_axes
+from ..runtime.base import ceil_div
+from ..shape import product
+from ..strategy import Strategy
+
+WARP_N_MAX = 512
+#: elements of a block of the two-pass argmax/argmin (4 KiB of float32: in L1 for the search)
+ARG_BLOCK = 1024
+SPLIT_N_MIN = 16384
+SPLIT_ROWS_MAX = 1024
+
+
+@dataclass(frozen=True)
+class ReduceInfo:
+    """What the run functions need: the reduction and the reduced axes of the input."""
+
+    op: str
+    axes: tuple
+    acc: str
+
+
+def _view(ctx):
+    return passes(tuple(int(d) for d in ctx.inputs[0].shape), ctx.info.axes)
+
+
+def _single(ctx):
+    (view,) = _view(ctx)
+    return view
+
+
+def _count(ctx) -> int:
+    shape = ctx.inputs[0].shape
+    return int(product([int(shape[a]) for a in ctx.info.axes]))
+
+
+def _partials(ctx, size: int) -> tuple:
+    """Scratch for partial results (and their indices, for argmax/argmin)."""
+    vals = ctx.empty((size,), np.dtype(ctx.info.acc))
+    return (vals, ctx.empty((size,), ctx.idx)) if ctx.info.op in ARG_OPS else (vals,)
+
+
+def _rows(kern, ctx, src, dst, rows, n, chunk, chunks, lanes):
+    s, wg = ctx.size, ctx.config["wg"]
+    kern(*src, *dst, s(rows), s(n), s(chunk), s(chunks), s(_count(ctx)),
+         grid=ceil_div(rows, wg // lanes), block=wg)
+
+
+def _cols(kern, ctx, src, dst, outer, n, inner, chunk, chunks):
+    s, tx = ctx.size, ctx.config["tx"]
+    colblocks = ceil_div(inner, tx * ctx.config["vec"])
+    kern(*src, *dst, s(n), s(inner), s(chunk), s(chunks), s(colblocks), s(_count(ctx)),
+         grid=outer * chunks * colblocks, block=tx * ctx.config["ty"])
+
+
+def _split(n: int, groups: int, per_group: int, want: int) -> tuple[int, int]:
+    """(chunk, chunks): n in chunks of at least ``per_group`` elements, enough of them that
+    ``groups`` work-groups become about ``want``."""
+    chunks = max(1, min(ceil_div(n, per_group), ceil_div(want, max(groups, 1))))
+    chunk = ceil_div(n, chunks) if n else 0
+    return chunk, (ceil_div(n, chunk) if chunk else 1)
+
+
+def _warp_run(ctx, main) -> None:
+    outer, n, _ = _single(ctx)
+    _rows(main, ctx, ctx.inputs, ctx.outputs, outer, n, n, 1, ctx.config["lanes"])
+
+
+def _group_run(ctx, main) -> None:
+    outer, n, _ = _single(ctx)
+    _rows(main, ctx, ctx.inputs, ctx.outputs, outer, n, n, 1, ctx.config["wg"])
+
+
+def _split_run(ctx, main, part, merge) -> None:
+    outer, n, _ = _single(ctx)
+    c, wg = ctx.config, ctx.config["wg"]
+    chunk, chunks = _split(n, outer, wg * c["unroll"] * c["per_item"], c["groups"])
+    if chunks == 1:
+        _rows(main, ctx, ctx.inputs, ctx.outputs, outer, n, n, 1, wg)
+        return
+    mid = _partials(ctx, outer * chunks)
+    _rows(part, ctx, ctx.inputs, mid, outer * chunks, n, chunk, chunks, wg)
+    _rows(merge, ctx, mid, ctx.outputs, outer, chunks, chunks, 1, wg)
+
+
+def _cols_run(ctx, main, part, merge) -> None:
+    outer, n, inner = _single(ctx)
+    c = ctx.config
+    colblocks = ceil_div(inner, c["tx"] * c["vec"])
+    chunk, chunks = _split(n, outer * colblocks, c["ty"] * c["per_item"], c["groups"])
+    if chunks == 1:
+        _cols(main, ctx, ctx.inputs, ctx.outputs, outer, n, inner, n, 1)
+        return
+    mid = _partials(ctx, outer * chunks * inner)
+    _cols(part, ctx, ctx.inputs, mid, outer, n, inner, chunk, chunks)
+    _cols(merge, ctx, mid, ctx.outputs, outer, chunks, inner, chunks, 1)
+
+
+def _passes_run(ctx, rows_in_part, rows_in_final, rows_part_part, rows_part_final,
+                cols_in_part, cols_in_final, cols_part_part, cols_part_final) -> None:
+    kernels = {("rows", "in", "part"): rows_in_part, ("rows", "in", "final"): rows_in_final,
+               ("rows", "part", "part"): rows_part_part, ("rows", "part", "final"): rows_part_final,
+               ("cols", "in", "part"): cols_in_part, ("cols", "in", "final"): cols_in_final,
+               ("cols", "part", "part"): cols_part_part, ("cols", "part", "final"): cols_part_final}
+    views = _view(ctx)
+    src = ctx.inputs
+    for k, (outer, n, inner) in enumerate(views):
+        last = k == len(views) - 1
+        dst = ctx.outputs if last else _partials(ctx, outer * inner)
+        kind = "rows" if inner == 1 else "cols"
+        kern = kernels[(kind, "in" if k == 0 else "part", "final" if last else "part")]
+        if kind == "rows":
+            _rows(kern, ctx, src, dst, outer, n, n, 1, ctx.config["wg"])
+        else:
+            _cols(kern, ctx, src, dst, outer, n, inner, n, 1)
+        src = dst
+
+
+def _kernel(template: str, src: str, dst: str, doc: str, lanes_is_wg: bool = False) -> Kernel:
+    derive = (lambda p: {"lanes": p["wg"]}) if lanes_is_wg else None
+    fixed = {"src": src, "dst": dst, **({"two_pass": False} if template == "cols" else {})}
+    return Kernel(f"reduce/{template}.j2", fixed, derive, doc)
+
+
+_GROUP = dict(lanes_is_wg=True)
+REDUCE_WARP = kernel_impl("reduce_warp", _warp_run, main=_kernel(
+    "rows", "input", "final", "a warp of work-items reduces each row"))
+REDUCE_GROUP = kernel_impl("reduce_group", _group_run, main=_kernel(
+    "rows", "input", "final", "one work-group reduces each row", **_GROUP))
+REDUCE_SPLIT = kernel_impl(
+    "reduce_split", _split_run,
+    main=_kernel("rows", "input", "final", "a row short enough for one work-group", **_GROUP),
+    part=_kernel("rows", "input", "partial", "pass 1: each work-group reduces one chunk of a row",
+                 **_GROUP),
+    merge=_kernel("rows", "partial", "final", "pass 2: the partial results of each row", **_GROUP))
+REDUCE_COLS = kernel_impl(
+    "reduce_cols", _cols_run,
+    main=_kernel("cols", "input", "final", "each output reduces one column, read coalesced"),
+    part=_kernel("cols", "input", "partial", "pass 1: one chunk of each column"),
+    merge=_kernel("cols", "partial", "final", "pass 2: the partial results of each column"))
+REDUCE_PASSES = kernel_impl("reduce_passes", _passes_run, **{
+    f"{kind}_{s}_{t}": _kernel(kind, {"in": "input", "part": "partial"}[s],
+                               {"part": "partial", "final": "final"}[t],
+                               f"one pass over a run of axes ({kind}, {s} -> {t})",
+                               **(_GROUP if kind == "rows" else {}))
+    for kind in ("rows", "cols") for s in ("in", "part") for t in ("part", "final")})
+
+
+def _spaces(on_cpu: bool) -> dict:
+    """Config spaces of each implementation; a CPU gets one work-item a row or column."""
+    # two_pass: argmax/argmin find each block's extreme value, then its first index where the
+    # block beats the best so far (a CPU vectorizes that; a GPU tracks indices in one pass)
+    rows = {"wg": (1, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
+            "two_pass": (False, True)}
+    split = {**rows, "per_item": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
+    cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 16, 64, 128, 256),
+            "per_item": (16, 256), "groups": (8, 256, 1024, 4096)}
+    # a work-group of at most 1024 work-items, and its tree in at most 32 KiB of local memory
+    fits = (lambda c: c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768)
+    if on_cpu:
+        d_rows, d_cols = {"wg": 1, "unroll": 8, "two_pass": True}, {"tx": 1, "ty": 1, "vec": 128}
+        d_split = dict(d_rows, per_item=4096, groups=8)
+        d_cols.update(per_item=256, groups=8)
+    else:
+        d_rows, d_cols = {"wg": 256, "unroll": 2, "two_pass": False}, {"tx": 32, "ty": 8, "vec": 2}
+        d_split = dict(d_rows, per_item=16, groups=1024)
+        d_cols.update(per_item=16, groups=1024)
+    # the passes reduce separate runs of axes, without splitting a pass (no argmax either)
+    passes = {"wg": rows["wg"], "unroll": rows["unroll"], "tx": cols["tx"], "ty": cols["ty"],
+              "vec": cols["vec"]}
+    return {
+        "warp": ConfigSpace({"wg": (64, 128, 256), "lanes": (4, 8, 16, 32), "unroll": (1, 2, 4),
+                             "two_pass": (False, True)},
+                            {"wg": 256, "lanes": 32, "unroll": 2, "two_pass": False}),
+        "group": ConfigSpace(rows, d_rows),
+        "split": ConfigSpace(split, d_split),
+        "cols": ConfigSpace(cols, d_cols, constraint=fits),
+        "passes": ConfigSpace(passes, {k: {**d_rows, **d_cols}[k] for k in passes},
+                              constraint=fits),
+    }
+
+
+def _value(dtype: str) -> str:
+    return "float32" if dtype == "float16" else dtype
+
+
+def gpu_strategy_for(op: str, axes_of):
+    """The GPU strategy of reduction ``op`` (a template op name) whose reduced axes are
+    ``axes_of(attrs, input_type)``; the global pools use it too."""
+    def strategy(attrs, inputs, outputs, target):
+        (x,), (y,) = inputs, outputs
+        axes = axes_of(attrs, x)
+        acc = acc_dtype(op, x.dtype)
+        # float16 is storage only: the kernels load and store float32 values
+        params = dict(op=op, in_dtype=_value(x.dtype), acc_dtype=acc, out_dtype=_value(y.dtype),
+                      in_half=x.dtype == "float16", out_half=y.dtype == "float16",
+                      two_pass=False, block=ARG_BLOCK)
+        info = ReduceInfo(op, axes, acc)
+        spaces = _spaces(target.on_cpu)
+        views = passes(x.shape, axes)
+        s = Strategy(target)
+
+        def add(decl, plevel, space, condition=None):
+            s.add(decl, plevel, condition=condition, space=spaces[space], params=params, info=info)
+
+        if len(views) == 1:
+            outer, n, inner = views[0]
+            rows = sympy.Eq(inner, 1)
+            # a CPU core streams one row best; GPUs want many work-items on each row
+            p = (9, 13, 12, 11) if target.on_cpu else (14, 13, 12, 11)
+            add(REDUCE_WARP, p[0], "warp", sympy.And(rows, n <= WARP_N_MAX))
+            add(REDUCE_SPLIT, p[1], "split",
+                sympy.And(rows, n >= SPLIT_N_MIN, outer < SPLIT_ROWS_MAX))
+            add(REDUCE_GROUP, p[2], "group", rows)
+            add(REDUCE_COLS, p[3], "cols")
+        else:
+            why = (f"reduces {len(views)} separate runs of axes; it needs one (outer, n, inner) "
+                   "view")
+            for decl, plevel in ((REDUCE_WARP, 14), (REDUCE_SPLIT, 13), (REDUCE_GROUP, 12),
+                                 (REDUCE_COLS, 11)):
+                s.exclude(decl, plevel, why)
+        add(REDUCE_PASSES, 1, "passes")
+        return s
+    return strategy
+
+
+# -- the host target: NumPy's own reductions --------------------------------------------------
+
+def numpy_reduce(op: str, x: np.ndarray, axes: tuple, keepdims: bool, out_dtype: str):
+    """``op`` over ``axes`` by NumPy (float16 accumulated in float32, as the kernels do)."""
+    if op in ARG_OPS:
+        fn = np.argmax if op == "argmax" else np.argmin
+        return np.asarray(fn(x, axis=axes[0] if len(axes) == 1 else None, keepdims=keepdims))
+    if op == "mean":
+        count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        total = np.sum(x, axis=axes, keepdims=keepdims, dtype=acc_dtype(op, x.dtype.name))
+        with np.errstate(invalid="ignore", divide="ignore"):  # the mean of nothing is NaN
+            return np.asarray(np.true_divide(total, count)).astype(out_dtype, copy=False)
+    fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "all": np.all,
+          "any": np.any}[op]
+    kw = {"dtype": acc_dtype(op, x.dtype.name)} if op in ("sum", "prod") else {}
+    return np.asarray(fn(x, axis=axes, keepdims=keepdims, **kw)).astype(out_dtype, copy=False)
+
+
+def _host_run(ctx):
+    op, axes, out_dtype, ndim = ctx.info
+    x = ctx.inputs[0]
+    x = x.reshape(()) if ndim == 0 else x  # the numpy backend hands 0-d arrays over as (1,)
+    return numpy_reduce(op, x, axes, ctx.attrs.keepdims, out_dtype)
+
+
+NUMPY_REDUCE = host_impl("numpy_reduce", _host_run)
+
+
+def host_strategy(op: str):
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy(target)
+        s.add(NUMPY_REDUCE, 10, info=(op, reduced_axes(op, inputs[0], attrs), outputs[0].dtype,
+                                    inputs[0].ndim))
+        return s
+    return strategy
+
+
+STRATEGIES = {op: {"gpu": gpu_strategy_for(op, lambda attrs, x, op=op: reduced_axes(op, x, attrs)),
+                   "cpu": host_strategy(op)} for op in OPS}

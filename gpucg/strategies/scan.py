@@ -93,8 +93,9 @@ def _chunked_run(ctx, scan, chunk_reduce, scan_partials, chunk_scan) -> None:
 
 
 def _partials(p: dict) -> dict:
-    """The scan of partial totals reads them in the output dtype and shifts by one."""
-    return {"in_dtype": p["out_dtype"], "exclusive": True}
+    """The scan of partial totals reads them in the output dtype and shifts by one; they are
+    in scan order already (a reverse scan's partials too)."""
+    return {"in_dtype": p["out_dtype"], "exclusive": True, "reverse": False}
 
 
 _ROW_SCAN = Kernel("scan/scan_rows.j2", doc="one work-group scans one row, tile by tile")
@@ -119,16 +120,19 @@ SCAN_CHUNKED = kernel_impl(
 
 
 def _numpy_scan_run(ctx):
-    """np.cumsum/np.cumprod, then the shift by one of an exclusive scan."""
-    fn, axis, dtype, exclusive, identity = ctx.info
+    """np.cumsum/np.cumprod (of the reversed axis for a reverse scan), then the shift by one of
+    an exclusive scan."""
+    fn, axis, dtype, exclusive, identity, reverse = ctx.info
     x = ctx.inputs[0]
     if axis is None:
         x, axis = x.reshape(-1), 0
+    if reverse:
+        x = np.flip(x, axis)
     out = fn(x, axis=axis, dtype=dtype)
     if exclusive and out.shape[axis]:
         out = np.concatenate([np.full_like(out.take([0], axis=axis), identity),
                               out.take(np.arange(out.shape[axis] - 1), axis=axis)], axis=axis)
-    return out
+    return np.flip(out, axis) if reverse else out
 
 
 NUMPY_SCAN = host_impl("numpy_scan", _numpy_scan_run)
@@ -140,7 +144,7 @@ def gpu_strategy(combine: str):
         (data,), (out,) = inputs, outputs
         outer, n, inner = split_axis(data.shape, attrs.axis)
         params = dict(in_dtype=data.dtype, out_dtype=out.dtype, combine=combine,
-                      exclusive=attrs.exclusive)
+                      exclusive=attrs.exclusive, reverse=attrs.reverse)
         on_cpu = target.on_cpu
         row_major = sympy.Eq(inner, 1)
         # plevels: GPUs prefer work-group scans on rows; CPUs prefer sequential streams
@@ -168,7 +172,7 @@ def host_strategy(combine: str):
         axis = None if attrs.axis is None else normalize_axis(attrs.axis, inputs[0].ndim)
         s = Strategy(target)
         s.add(NUMPY_SCAN, 10, info=(fn, axis, np.dtype(outputs[0].dtype), attrs.exclusive,
-                                    identity))
+                                    identity, attrs.reverse))
         return s
     return strategy
 

@@ -44,9 +44,10 @@ _NAN = {16: 0x7E00, 32: 0x7FC00000, 64: 0x7FF8000000000000}
 def key_params(dtype: str, ascend: bool, index_dtype: str) -> dict:
     """Template parameters of the order key for a data dtype and direction."""
     bits = np.dtype(dtype).itemsize * 8
-    return dict(kbits=bits, is_float=dtype.startswith("float"), ascend=bool(ascend),
-                oidx=index_dtype, abs_mask=(1 << (bits - 1)) - 1, inf_bits=_INF[bits],
-                nan_bits=_NAN[bits])
+    is_float = dtype.startswith("float")
+    return dict(kbits=bits, is_float=is_float, is_signed=not dtype.startswith("uint"),
+                ascend=bool(ascend), oidx=index_dtype, abs_mask=(1 << (bits - 1)) - 1,
+                inf_bits=_INF[bits] if is_float else 0, nan_bits=_NAN[bits] if is_float else 0)
 
 
 def block_size(kbits: int) -> int:

@@ -1,0 +1,252 @@
+"""Strategies of softmax, log_softmax, layer_norm and rms_norm: which kernel maps which rows.
+
+The normalized axis is the n of the (outer, n, inner) view. Every kernel is norm/rows.j2 in
+some shape: how many work-items share a row (lanes), whether they keep the row in registers,
+and whether a row is split over several work-groups.
+
+GPU implementations, by plevel (conditions on the symbolic sizes, checked at run time):
+  norm_warp    inner == 1 and n <= 256: a warp (32 work-items) a row, 8 elements each kept in
+               registers: the row is read once.
+  norm_split   inner == 1, n >= 16384 and outer < 1024: few long rows; each row is split over
+               several work-groups that exchange partial pairs (and sums, for layer_norm).
+  norm_group   inner == 1 and n <= 4096: a work-group a row, held in registers (read once).
+  norm_blocks  inner == 1: a work-group a row, read again for each pass (in blocks).
+  norm_cols    any inner: one work-item a column of a non-last axis (neighbours coalesced).
+On an OpenCL CPU device (PoCL) one work-item takes a row and finds its pairs in two passes
+(maximum, then sum), loops a CPU vectorizes; GPUs find them in one pass (an online maximum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..autotune.space import ConfigSpace
+from ..implementation import Kernel, host_impl, kernel_impl
+from ..ops.norm import SOFTMAX_OPS
+from ..runtime.base import ceil_div
+from ..shape import normalize_axis, split_axis
+from ..strategy import Strategy
+
+WARP_CAPACITY = 256
+GROUP_CAPACITY = 4096
+SPLIT_N_MIN = 16384
+SPLIT_ROWS_MAX = 1024
+
+
+@dataclass(frozen=True)
+class NormInfo:
+    """What the run functions need: the operator, the axis, the compute dtype."""
+
+    op: str
+    axis: int
+    acc: str
+
+
+def _dims(ctx):
+    return split_axis(tuple(int(d) for d in ctx.inputs[0].shape), ctx.info.axis)
+
+
+def _io(ctx):
+    """x, the parameters (gamma, beta) and y."""
+    return (*ctx.inputs, *ctx.outputs)
+
+
+def _launch(kern, ctx, arrays, rows, n, chunk, chunks, inner, lanes):
+    s, wg = ctx.size, ctx.config["wg"]
+    kern(*arrays, s(rows), s(n), s(chunk), s(chunks), s(inner),
+         grid=ceil_div(rows, wg // lanes), block=wg)
+
+
+def _row_run(lanes_key: str):
+    """Run one fused kernel over every row; ``lanes_key`` names the config knob of the
+    work-items a row takes ("wg": the whole work-group)."""
+    def run(ctx, main):
+        outer, n, _ = _dims(ctx)
+        _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, ctx.config[lanes_key])
+    return run
+
+
+def _cols_run(ctx, main) -> None:
+    outer, n, inner = _dims(ctx)
+    _launch(main, ctx, _io(ctx), outer * inner, n, n, 1, inner, 1)
+
+
+def _split(ctx, main, sums, pairs, apply) -> None:
+    """Rows split over work-groups: (sums of the chunks, for layer_norm's mean,) the pair of
+    each chunk, then the row's pair from its chunks' and each chunk mapped."""
+    outer, n, _ = _dims(ctx)
+    c, wg = ctx.config, ctx.config["wg"]
+    chunks = max(1, min(ceil_div(n, wg * c["per_item"]), ceil_div(c["groups"], max(outer, 1))))
+    if chunks == 1:
+        _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, wg)
+        return
+    chunk = ceil_div(n, chunks)
+    chunks = ceil_div(n, chunk)
+    rows = outer * chunks
+    x = ctx.inputs[0]
+    acc = np.dtype(ctx.info.acc)
+    psum = (ctx.empty((rows,), acc),) if sums is not None else ()
+    pa, pb = ctx.empty((rows,), acc), ctx.empty((rows,), acc)
+    if psum:
+        _launch(sums, ctx, (x, *psum), rows, n, chunk, chunks, 1, wg)
+    _launch(pairs, ctx, (x, *psum, pa, pb), rows, n, chunk, chunks, 1, wg)
+    _launch(apply, ctx, (*_io(ctx), *psum, pa, pb), rows, n, chunk, chunks, 1, wg)
+
+
+def _split_run(ctx, main, pairs, apply) -> None:
+    _split(ctx, main, None, pairs, apply)
+
+
+def _split_mean_run(ctx, main, sums, pairs, apply) -> None:
+    _split(ctx, main, sums, pairs, apply)
+
+
+NORM_WARP = kernel_impl("norm_warp", _row_run("lanes"), main=Kernel(
+    "norm/rows.j2", {"mode": "row", "strided": False},
+    doc="a warp a row, the row in registers"))
+NORM_GROUP = kernel_impl("norm_group", _row_run("wg"), main=Kernel(
+    "norm/rows.j2", {"mode": "row", "strided": False}, lambda p: {"lanes": p["wg"]},
+    doc="a work-group a row, the row in registers"))
+NORM_BLOCKS = kernel_impl("norm_blocks", _row_run("wg"), main=Kernel(
+    "norm/rows.j2", {"mode": "row", "strided": False, "ipt": 0}, lambda p: {"lanes": p["wg"]},
+    doc="a work-group a row, read again for each pass"))
+_SPLIT = {"strided": False, "ipt": 0}
+_SPLIT_KERNELS = dict(
+    main=Kernel("norm/rows.j2", dict(_SPLIT, mode="row"), lambda p: {"lanes": p["wg"]},
+                doc="a row short enough for one work-group"),
+    pairs=Kernel("norm/rows.j2", dict(_SPLIT, mode="pair"), lambda p: {"lanes": p["wg"]},
+                 doc="the pair of each chunk of a row"),
+    apply=Kernel("norm/rows.j2", dict(_SPLIT, mode="apply"), lambda p: {"lanes": p["wg"]},
+                 doc="the row's pair from its chunks', then each chunk mapped"))
+NORM_SPLIT = kernel_impl("norm_split", _split_run, **_SPLIT_KERNELS)
+#: layer_norm's split rows sum their chunks first (the mean the pairs are taken about)
+NORM_SPLIT_MEAN = kernel_impl(
+    "norm_split", _split_mean_run, **_SPLIT_KERNELS,
+    sums=Kernel("norm/rows.j2", dict(_SPLIT, mode="sum"), lambda p: {"lanes": p["wg"]},
+                doc="pass 1: the sum of each chunk of a row"))
+NORM_COLS = kernel_impl("norm_cols", _cols_run, main=Kernel(
+    "norm/rows.j2", {"mode": "row", "strided": True, "ipt": 0, "lanes": 1},
+    doc="one work-item a column of a non-last axis"))
+
+
+def _spaces(on_cpu: bool) -> dict:
+    """Config spaces; a row's capacity in registers is fixed (lanes * ipt), so the size
+    conditions hold whatever a tuning record picks."""
+    online, unroll = (False, True), (1, 2, 4, 8)
+    return {
+        "warp": ConfigSpace({"wg": (32, 64, 128, 256), "lanes": (8, 16, 32),
+                             "ipt": (8, 16, 32)}, {"wg": 256, "lanes": 32, "ipt": 8},
+                            constraint=lambda c: c["lanes"] * c["ipt"] == WARP_CAPACITY
+                            and c["wg"] >= c["lanes"]),
+        "group": ConfigSpace({"wg": (128, 256, 512, 1024), "ipt": (4, 8, 16, 32)},
+                             {"wg": 256, "ipt": 16},
+                             constraint=lambda c: c["wg"] * c["ipt"] == GROUP_CAPACITY),
+        "blocks": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
+                               "unroll": unroll},
+                              {"wg": 1, "online": False, "unroll": 8} if on_cpu else
+                              {"wg": 256, "online": True, "unroll": 2}),
+        "split": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
+                              "unroll": unroll, "per_item": (16, 256, 4096),
+                              "groups": (8, 256, 1024)},
+                             {"wg": 1, "online": False, "unroll": 8, "per_item": 4096,
+                              "groups": 8} if on_cpu else
+                             {"wg": 256, "online": True, "unroll": 2, "per_item": 16,
+                              "groups": 1024}),
+        "cols": ConfigSpace({"wg": (1, 16, 64, 128, 256), "online": online, "unroll": unroll},
+                            {"wg": 16, "online": False, "unroll": 1} if on_cpu else
+                            {"wg": 128, "online": True, "unroll": 1}),
+    }
+
+
+def gpu_strategy(op: str):
+    def strategy(attrs, inputs, outputs, target):
+        x = inputs[0]
+        axis = normalize_axis(attrs.axis, x.ndim)
+        outer, n, inner = split_axis(x.shape, axis)
+        acc = "float64" if x.dtype == "float64" else "float32"
+        params = dict(op=op, acc_dtype=acc, half=x.dtype == "float16",
+                      eps=float(getattr(attrs, "eps", 0.0)), online=False, ipt=0, unroll=1)
+        info = NormInfo(op, axis, acc)
+        spaces = _spaces(target.on_cpu)
+        rows = sympy.Eq(inner, 1)
+        s = Strategy(target)
+
+        def add(decl, plevel, space, condition=None):
+            s.add(decl, plevel, condition=condition, space=spaces[space], params=params,
+                  info=info)
+
+        # a CPU core maps a row alone, from memory it keeps in cache; GPUs share rows
+        p = (5, 13, 6, 12, 11) if target.on_cpu else (14, 13, 12, 11, 10)
+        add(NORM_WARP, p[0], "warp", sympy.And(rows, n <= WARP_CAPACITY))
+        add(NORM_SPLIT_MEAN if op == "layer_norm" else NORM_SPLIT, p[1], "split",
+            sympy.And(rows, n >= SPLIT_N_MIN, outer < SPLIT_ROWS_MAX))
+        add(NORM_GROUP, p[2], "group", sympy.And(rows, n <= GROUP_CAPACITY))
+        add(NORM_BLOCKS, p[3], "blocks", rows)
+        add(NORM_COLS, p[4], "cols")
+        return s
+    return strategy
+
+
+# -- the host target --------------------------------------------------------------------------
+
+def _scaled_squares(d: np.ndarray, axis: int):
+    """(a, b): the largest |d| along the axis and sum((|d| / a)^2), an element equal to a
+    counting 1 (as the kernels do)."""
+    k = np.abs(d)
+    a = np.max(k, axis=axis, keepdims=True) if d.size else k
+    with np.errstate(invalid="ignore", divide="ignore"):
+        inv = np.where(a > 0, 1 / np.where(a > 0, a, 1), 0).astype(d.dtype)
+        t = np.where(k == a, 1, k * inv)
+    return a, np.sum(t * t, axis=axis, keepdims=True)
+
+
+def numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndarray:
+    """``op`` in float32 (float64 for float64) by NumPy, with the kernels' safeguards."""
+    acc = np.float64 if x.dtype == np.float64 else np.float32
+    v = x.astype(acc, copy=False)
+    n = x.shape[axis]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if op in SOFTMAX_OPS:
+            m = np.max(v, axis=axis, keepdims=True) if x.size else v
+            e = np.exp(v - m)
+            s = np.sum(e, axis=axis, keepdims=True)
+            y = e / s if op == "softmax" else (v - m) - np.log(s)
+        else:
+            shape = [1] * x.ndim
+            shape[axis] = -1
+            gamma = params[0].astype(acc).reshape(shape)
+            mean = (np.sum(v, axis=axis, keepdims=True) / acc(n)) if op == "layer_norm" else 0
+            d = v - mean
+            a, b = _scaled_squares(d, axis)
+            qn = b / acc(n)
+            big = a > 1
+            safe = np.where(big, a, 1)
+            rstd = np.where(big, 1 / (safe * np.sqrt(qn + acc(eps) / (safe * safe))),
+                            1 / np.sqrt(a * a * qn + acc(eps)))
+            y = d * rstd * gamma
+            if op == "layer_norm":
+                y = y + params[1].astype(acc).reshape(shape)
+    return y.astype(x.dtype, copy=False)
+
+
+def _host_run(ctx):
+    return numpy_norm(ctx.info[0], ctx.inputs[0], ctx.inputs[1:], ctx.info[1], ctx.info[2])
+
+
+NUMPY_NORM = host_impl("numpy_norm", _host_run)
+
+
+def host_strategy(op: str):
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy(target)
+        s.add(NUMPY_NORM, 10, info=(op, normalize_axis(attrs.axis, inputs[0].ndim),
+                                    float(getattr(attrs, "eps", 0.0))))
+        return s
+    return strategy
+
+
+STRATEGIES = {op: {"gpu": gpu_strategy(op), "cpu": host_strategy(op)}
+              for op in ("softmax", "log_softmax", "layer_norm", "rms_norm")}
