@@ -51,7 +51,7 @@ test: $(PY) opencl-runtime oclgrind
 # compare against (ptxas resources of every default config, Oclgrind traffic); review its diff.
 resources-json: $(PY) opencl-runtime oclgrind
 	$(PY) -m pip install -q -e ".[test]"
-	GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m gpucg.runtime.baseline tests/resources.json
+	GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m gpucg.verify.baseline tests/resources.json
 
 bench: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[opencl]"

@@ -25,7 +25,7 @@ from .op import (Case, KernelInfo, OpPattern, get_op, list_ops, register_gradien
                  register_schedule, register_strategies, register_strategy)
 from .compiled import CompiledOp, compile, explain  # noqa: A004
 from .autodiff import grad
-from .runtime.resources import resources
+from .verify.resources import resources
 from .autotune.tuner import tune
 from . import builtin as _builtin
 from .strategies.generic import (register_broadcast_schedule, register_injective_schedule,

@@ -126,10 +126,10 @@ def cmd_dump(args) -> int:
 def cmd_explain(args) -> int:
     compiled = _compile(args)
     print(compiled.selection)
-    from .runtime import nvrtc
+    from .verify import nvrtc
 
     if compiled.target.kind == "cuda" and nvrtc.available()[0]:
-        from .runtime.resources import explain_lines
+        from .verify.resources import explain_lines
 
         print("resources (ptxas via NVRTC; `gpucg resources` for every implementation):")
         print("\n".join(explain_lines(compiled)))
@@ -137,7 +137,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_resources(args) -> int:
-    from .runtime import resources as res
+    from .verify import resources as res
 
     sizes = dict(_size(t) for t in args.size)
     types = [_bind(parse_input(t), sizes) for t in args.input]
@@ -146,7 +146,7 @@ def cmd_resources(args) -> int:
                          all_configs=args.all_configs, **attrs)
     results = []
     if args.traffic:
-        from .runtime import oclgrind
+        from .verify import oclgrind
 
         ok, why = oclgrind.available()
         if not ok:
@@ -226,7 +226,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .runtime import nvrtc
+    from .verify import nvrtc
     from .target import default_target, targets
 
     print("gpucg demo")

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from . import codegen, dispatch as _dispatch
-from .autotune import records as _records
+from .records import store as _records
 from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
 from .interop import ingest_all, native_kind
 from .op import get_op

@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 
 import sympy
 
-from .autotune.space import Config, ConfigSpace
+from .space import Config, ConfigSpace
 from .condition import SpecializedCondition
 from .errors import StrategyError
 

@@ -15,8 +15,8 @@ from typing import Mapping
 
 import sympy
 
-from .autotune import apply as _tuned
-from .autotune.space import Config, ConfigSpace
+from .records import apply as _tuned
+from .space import Config, ConfigSpace
 from .condition import SpecializedCondition
 from .errors import InputError, StrategyError
 from .implementation import Excluded, ImplDecl, Implementation
@@ -256,7 +256,7 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
     """Choose among a strategy's implementations for these input types.
 
     Implementations whose condition is provably false are dropped. Tuning records that apply
-    (``records``: a gpucg.autotune.RecordList; see gpucg.autotune.apply) come first: for
+    (``records``: a gpucg.autotune.RecordList; see gpucg.records.apply) come first: for
     constant shapes the best record decides; for symbolic ones each tuned size bucket becomes a
     branch of the dispatcher. Otherwise, if every remaining condition is decided by the shapes,
     the highest plevel wins; equal plevels are broken by registration order, with a warning.

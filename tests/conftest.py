@@ -11,7 +11,8 @@ import pytest
 import gpucg
 import gpucg.codegen as codegen
 from gpucg import knobs
-from gpucg.runtime import backend_status, nvrtc
+from gpucg.runtime import backend_status
+from gpucg.verify import nvrtc
 
 _CUDA_SOURCES: dict = {}
 _orig_render = codegen.render
@@ -64,7 +65,7 @@ def nvrtc_or_skip():
 @pytest.fixture
 def oclgrind_or_skip():
     """Oclgrind's runtime (skips with the reason where it is absent, fails where required)."""
-    from gpucg.runtime import oclgrind
+    from gpucg.verify import oclgrind
 
     ok, why = oclgrind.available()
     if not ok:

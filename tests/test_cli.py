@@ -35,7 +35,7 @@ def test_explain(capsys):
 
 
 def test_dump_to_stdout_and_files_compile_as_is(capsys, tmp_path, nvrtc_or_skip):
-    from gpucg.runtime import nvrtc
+    from gpucg.verify import nvrtc
 
     code, out, _ = run(capsys, "dump", "cumsum", "--input", "n,m:float32", "--attr", "axis=1",
                        "--target", "cuda")

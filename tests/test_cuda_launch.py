@@ -1,5 +1,5 @@
 """The CUDA launch path executed with no GPU: CudaBackend and CudaProgram run on a stand-in for
-CuPy (gpucg.runtime.cupy_standin) that compiles every kernel to PTX with NVRTC and checks
+CuPy (gpucg.verify.cupy_standin) that compiles every kernel to PTX with NVRTC and checks
 every launch against the PTX ``.entry`` parameters (count, pointer or value, width) and the
 device limits, for every implementation of every operator on its small and bench Cases.
 """
@@ -10,9 +10,9 @@ import pytest
 import gpucg
 from gpucg.runtime import use_backend
 from gpucg.runtime.cuda_backend import CudaBackend
-from gpucg.runtime.cupy_standin import (LaunchCheckError, StandInCupy, kernel_params,
+from gpucg.verify.cupy_standin import (LaunchCheckError, StandInCupy, kernel_params,
                                         ptx_entry_params, source_params)
-from gpucg.runtime import nvrtc
+from gpucg.verify import nvrtc
 
 
 def _calls():

@@ -284,7 +284,7 @@ def test_empty_inner_dimension_gives_the_epilogue_of_zero(target):
 
 
 def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
-    from gpucg.runtime import nvrtc
+    from gpucg.verify import nvrtc
 
     m, n, k, b = (gpucg.var(s) for s in "mnkb")
     count = 0

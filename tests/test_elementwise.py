@@ -335,7 +335,7 @@ def test_sum(target, axis):
 
 
 def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
-    from gpucg.runtime import nvrtc
+    from gpucg.verify import nvrtc
 
     n, m = gpucg.var("n"), gpucg.var("m")
     sources = []

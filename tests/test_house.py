@@ -81,6 +81,40 @@ def test_the_import_graph_is_acyclic():
     assert "gpucg.ops" not in graph["gpucg.op"]  # the registry does not know the library
 
 
+def _room(module: str) -> str:
+    """The room a module belongs to: a top-level module, or a top-level package (a folder)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_folders_form_layers():
+    """Seen a folder at a time (a package is one room), the imports still form no circle, so
+    every room stands above what it imports: records/ and space.py under selection, the tuner
+    in autotune/ above the operators, the GPU-free checks in verify/ above the backends, and
+    only the command line and the benchmarks above the package's face (``import gpucg``)."""
+    rooms: dict[str, set[str]] = {}
+    for mod, names in import_graph().items():
+        for n in names:
+            if _room(n) != _room(mod):
+                rooms.setdefault(_room(mod), set()).add(_room(n))
+    above_face = {m for m, ns in rooms.items() if "gpucg" in ns}
+    assert above_face <= {"gpucg.cli", "gpucg.benchmarks"}, above_face
+    done: set[str] = set()
+
+    def below(m, path):
+        if m in path:
+            pytest.fail("rooms import each other: " + " -> ".join(path[path.index(m):] + [m]))
+        if m not in done:
+            for n in sorted(rooms.get(m, ())):
+                below(n, path + [m])
+            done.add(m)
+
+    for m in sorted(rooms):
+        below(m, [])
+    for low in ("gpucg.space", "gpucg.records", "gpucg.runtime"):
+        assert not rooms.get(low, set()) & {"gpucg.autotune", "gpucg.verify", "gpucg.compiled",
+                                            "gpucg.strategies", "gpucg.ops"}, low
+
+
 def test_no_file_is_over_400_lines():
     long = {str(p.relative_to(ROOT)): n for p in ROOT.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}

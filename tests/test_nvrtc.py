@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 import gpucg
-from gpucg.runtime import nvrtc
+from gpucg.verify import nvrtc
 
 n, m, k = gpucg.var("n"), gpucg.var("m"), gpucg.var("k")
 

@@ -10,11 +10,10 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 import gpucg
-from gpucg.runtime import oclgrind
-from gpucg.runtime.baseline import compare_traffic, load, traffic_key
+from gpucg.verify import oclgrind
+from gpucg.verify.baseline import compare_traffic, load, traffic_key
 
 BASELINE = Path(__file__).parent / "resources.json"
 

@@ -14,10 +14,10 @@ import pytest
 
 import gpucg
 from gpucg import cli
-from gpucg.autotune.space import ConfigSpace
-from gpucg.runtime import nvrtc, resources as res
-from gpucg.runtime.baseline import (compare_resources, collect_resources, load, REGISTER_SLACK)
-from gpucg.runtime.occupancy import limits, max_block, occupancy
+from gpucg.space import ConfigSpace
+from gpucg.verify import nvrtc, resources as res
+from gpucg.verify.baseline import (compare_resources, collect_resources, load, REGISTER_SLACK)
+from gpucg.verify.occupancy import limits, max_block, occupancy
 
 BASELINE = Path(__file__).parent / "resources.json"
 
@@ -234,7 +234,7 @@ def test_explain_prints_a_line_per_selected_kernel(nvrtc_or_skip, capsys):
 def test_the_tuners_cuda_check_refuses_a_block_too_big_for_the_registers(nvrtc_or_skip):
     from gpucg.autotune.checks import CHECKS
     from gpucg.runtime.cuda_backend import CudaBackend
-    from gpucg.runtime.cupy_standin import StandInCupy
+    from gpucg.verify.cupy_standin import StandInCupy
 
     assert res.cuda_resource_check in CHECKS["cuda"]
     backend = CudaBackend(cupy=StandInCupy("sm_90", check=False))

@@ -8,7 +8,7 @@ import sympy
 
 import gpucg
 from gpucg.autotune import RecordList, RecordLog, make_record
-from gpucg.autotune.space import ConfigSpace
+from gpucg.space import ConfigSpace
 from gpucg.strategy import Implementation, Strategy
 
 RAN: list = []

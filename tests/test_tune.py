@@ -18,7 +18,7 @@ import pytest
 import gpucg
 from gpucg import eager, knobs
 from gpucg.autotune import RecordList, RecordLog, RecordsError, make_record, open_log
-from gpucg.autotune.apply import pick_best
+from gpucg.records.apply import pick_best
 from gpucg.autotune.search import SEARCHES, Candidates, make_search
 from gpucg.cli import main
 

@@ -1,13 +1,13 @@
 """The autotuner: config spaces, records, search strategies, measurement, and ``tune``.
 
-``gpucg.tune`` (gpucg.autotune.tuner) searches; records (gpucg.autotune.records) are applied by
-selection (gpucg.autotune.apply); see docs/autotuning.md.
+``gpucg.tune`` (gpucg.autotune.tuner) searches; records (gpucg.records.store) are applied by
+selection (gpucg.records.apply); see docs/autotuning.md.
 """
 
 from .checks import Dropped, register_check
-from .records import Record, RecordList, RecordLog, RecordsError, TuneError, open_log
+from ..records.store import Record, RecordList, RecordLog, RecordsError, TuneError, open_log
 from .result import BucketResult, Trial, TuneResult
-from .space import Config, ConfigSpace
+from ..space import Config, ConfigSpace
 from .workload import Workload, make_record
 
 __all__ = ["BucketResult", "Config", "ConfigSpace", "Dropped", "Record", "RecordList",

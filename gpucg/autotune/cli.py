@@ -80,7 +80,7 @@ _ORDERS: dict = {}
 def _order(r):
     """The tie-break order selection uses (strategy order, then config order), where the
     record's operator can be resolved here; else the file order."""
-    from .apply import ConfigOrder
+    from ..records.apply import ConfigOrder
 
     key = (r.workload, r.bucket, r.target)
     if key not in _ORDERS:
@@ -94,14 +94,14 @@ def _order(r):
 
 
 def _best(records):
-    from .apply import pick_best
+    from ..records.apply import pick_best
 
     ok = [r for r in records if r.ok]
     return pick_best(ok, lambda r: r.cost, lambda r: r.spread, _order)
 
 
 def cmd_records(args) -> int:
-    from .records import default_path, open_log
+    from ..records.store import default_path, open_log
 
     path = args.file or default_path()
     if path is None:
@@ -147,7 +147,7 @@ def cmd_records(args) -> int:
 
 def prune(records) -> tuple[list, dict]:
     """Records to keep: the latest of each candidate, only for current templates."""
-    from .keys import template_hash
+    from ..records.keys import template_hash
 
     latest: dict = {}
     for r in records:

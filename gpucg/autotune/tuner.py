@@ -19,10 +19,10 @@ import numpy as np
 
 from ..errors import InputError
 from ..shape import TensorType, dtype_name
-from .apply import ConfigOrder, pick_best
-from .keys import device_identity, template_hash
+from ..records.apply import ConfigOrder, pick_best
+from ..records.keys import device_identity, template_hash
 from .measure import Result, Task, Timing
-from .records import RecordList, default_path, open_log, stamp
+from ..records.store import RecordList, default_path, open_log, stamp
 from .result import BucketResult, TuneResult, Trial
 from .search import Candidates, check_search, make_search
 from .workload import Workload
@@ -76,7 +76,7 @@ class ReplayPool:
 
 
 def _akey(workload: Workload) -> str:
-    from .records import attrs_key
+    from ..records.store import attrs_key
 
     return attrs_key(workload.attrs)
 

@@ -10,8 +10,8 @@ from ..op import get_op
 from ..shape import TensorType
 from ..target import resolve
 from ..version import __version__
-from .keys import concrete, device_identity, signature, symbols_in_order, template_hash
-from .records import Record, attrs_key
+from ..records.keys import concrete, device_identity, signature, symbols_in_order, template_hash
+from ..records.store import Record, attrs_key
 
 
 def _impl_name(name: str, target) -> str:

@@ -103,7 +103,7 @@ def print_traffic(ops, enabled: bool = True) -> list[dict]:
     timing. Returns the figures for the JSON output."""
     if not enabled:
         return []
-    from gpucg.runtime import oclgrind
+    from gpucg.verify import oclgrind
 
     ok, why = oclgrind.available()
     if not ok:

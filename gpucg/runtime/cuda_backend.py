@@ -38,7 +38,7 @@ class CudaBackend(Backend):
 
     Args:
         cupy: the CuPy module to use (default: ``import cupy``); tests pass a stand-in
-            (gpucg.runtime.cupy_standin) to run this backend's launch path with no GPU.
+            (gpucg.verify.cupy_standin) to run this backend's launch path with no GPU.
     """
 
     name = "cuda"

@@ -94,7 +94,7 @@ class OpenCLBackend(Backend):
                 devices = [(p, d) for p, d in devices if want.lower() in (p.name + " " + d.name).lower()]
             else:
                 # Oclgrind is a simulator that calls itself a GPU: slow, for checks only
-                # (gpucg.runtime.oclgrind), so it runs only where it is asked for by name
+                # (gpucg.verify.oclgrind), so it runs only where it is asked for by name
                 devices = [(p, d) for p, d in devices if "oclgrind" not in (p.name + d.name).lower()]
             devices.sort(key=lambda pd: 0 if pd[1].type & cl.device_type.GPU else 1)
             failures = []

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
 from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, data_dims, epilogue, from_nchw,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..codegen import Code, dialect_for
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..op import get_op

@@ -3,7 +3,7 @@ launch geometry. conv2d's direct and Winograd products and the dense family use 
 
 from __future__ import annotations
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 
 #: local memory a work-group may use for its tiles (CUDA's static shared-memory limit)
 LOCAL_BYTES = 48 * 1024

@@ -8,7 +8,7 @@ here knows any particular operator. The host target runs the operator's NumPy re
 
 from __future__ import annotations
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..codegen import Code, dialect_for
 from ..errors import OpError
 from ..implementation import Kernel, host_impl, kernel_impl

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.norm import SOFTMAX_OPS
 from ..runtime.base import ceil_div

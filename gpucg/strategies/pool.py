@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.pool import hw_axes, out_hw, pads_for
 from ..runtime.base import ceil_div

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops._axes import passes
 from ..ops.reduce import ARG_OPS, OPS, acc_dtype, reduced_axes
@@ -185,7 +185,9 @@ def _spaces(on_cpu: bool) -> dict:
     cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 16, 64, 128, 256),
             "per_item": (16, 256), "groups": (8, 256, 1024, 4096)}
     # a work-group of at most 1024 work-items, and its tree in at most 32 KiB of local memory
-    fits = (lambda c: c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768)
+    def fits(c):
+        return c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768
+
     if on_cpu:
         d_rows, d_cols = {"wg": 1, "unroll": 8, "two_pass": True}, {"tx": 1, "ty": 1, "vec": 128}
         d_split = dict(d_rows, per_item=4096, groups=8)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..autotune.space import ConfigSpace
+from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.topk import kept, stable_order, view
 from ..runtime.base import ceil_div

@@ -1,6 +1,5 @@
 """The GPU tier for conv2d: CUDA against the float64 reference (skipped without CUDA)."""
 
-import numpy as np
 import pytest
 
 import gpucg

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Callable
 
-from ..errors import InputError
+from .errors import InputError
 
 
 class Config(Mapping):

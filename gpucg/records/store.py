@@ -4,7 +4,7 @@ A record carries its full key: the workload (operator, attributes, input signatu
 canonical symbol names, and the size bucket it was measured at), the implementation and its
 config, the device (target kind, device name, driver/compiler version), the gpucg version and
 the hash of the implementation's templates. Selection applies only records whose device and
-template hash match the ones here (see :mod:`gpucg.autotune.apply`).
+template hash match the ones here (see :mod:`gpucg.records.apply`).
 
 A log is appended one whole line per record as the tuner goes, so a killed run loses at most
 the candidate in flight; lines that do not parse are skipped with a warning; ``prune`` rewrites

@@ -22,7 +22,7 @@ import sympy
 from ..condition import SpecializedCondition
 from ..errors import InputError
 from .keys import device_identity, template_hash, unify
-from .records import Record, attrs_key
+from .store import Record, attrs_key
 
 
 @dataclass

@@ -6,7 +6,7 @@
 * traffic: for each operator's "small" Cases, the global memory bytes the implementation a GPU
   selects loads and stores on Oclgrind, beside the compulsory bytes.
 
-``python -m gpucg.runtime.baseline [PATH] [--no-traffic]`` (``make resources-json``) rewrites
+``python -m gpucg.verify.baseline [PATH] [--no-traffic]`` (``make resources-json``) rewrites
 the file; tests/test_resources.py and tests/test_oclgrind.py compare against it, so a change
 that adds spills, registers or traffic shows up in review.
 """
@@ -127,7 +127,7 @@ def load(path) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpucg.runtime.baseline",
+    p = argparse.ArgumentParser(prog="python -m gpucg.verify.baseline",
                                 description="rewrite the checked-in resource and traffic figures")
     p.add_argument("path", nargs="?", default="tests/resources.json")
     p.add_argument("--no-traffic", action="store_true", help="keep the file's traffic figures")

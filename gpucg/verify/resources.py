@@ -4,7 +4,7 @@ stack and spills per kernel, the block size each launch uses, occupancy, and whe
 The source of truth is ptxas's own report: NVRTC compiles each kernel for a real architecture
 (``-arch=sm_90``, which runs ptxas) with ``-Xptxas=-v`` and the report comes back in NVRTC's
 log. The block sizes come from the implementation itself: its run function is run against the
-real CUDA backend on a stand-in for CuPy (gpucg.runtime.cupy_standin) that records every
+real CUDA backend on a stand-in for CuPy (gpucg.verify.cupy_standin) that records every
 launch, so what is checked is what a GPU would be asked to launch.
 """
 
@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass
 
 from ..errors import CompileError, InputError
-from . import nvrtc, use_backend
-from .cache import DiskCache, cache_key
-from .cuda_backend import CudaBackend
+from . import nvrtc
+from ..runtime import use_backend
+from ..runtime.cache import DiskCache, cache_key
+from ..runtime.cuda_backend import CudaBackend
 from .cupy_standin import StandInCupy
 from .occupancy import limits, max_block, occupancy
 

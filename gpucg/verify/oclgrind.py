@@ -6,7 +6,7 @@ bytes each kernel loads and stores. It calls itself a GPU, so gpucg's strategies
 implementations there, the kernels a CUDA GPU gets from the same templates.
 
 The OpenCL backend is one per process, so kernels run on Oclgrind in child processes
-(:mod:`gpucg.runtime.oclgrind_worker`) whose environment points the OpenCL ICD loader at
+(:mod:`gpucg.verify.oclgrind_worker`) whose environment points the OpenCL ICD loader at
 Oclgrind's runtime (``OCL_ICD_VENDORS``, a directory holding one ``.icd`` file) and selects it
 by name (``GPUCG_OPENCL_DEVICE=Oclgrind``). Normal runs never see Oclgrind: the OpenCL backend
 skips it unless it is asked for by name.
@@ -236,7 +236,7 @@ def run(tasks, checks: bool = True, counts: bool = False, workers: int = 2,
             wd.mkdir()
             env = environment(wd, checks=checks, counts=counts)
             procs.append((wd, subprocess.Popen(
-                [sys.executable, "-m", "gpucg.runtime.oclgrind_worker", str(wd)], env=env,
+                [sys.executable, "-m", "gpucg.verify.oclgrind_worker", str(wd)], env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
         done: dict[int, Result] = {}
         why = ""

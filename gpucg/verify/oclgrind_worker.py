@@ -1,9 +1,9 @@
-"""The child process of :func:`gpucg.runtime.oclgrind.run`: runs operator calls on Oclgrind.
+"""The child process of :func:`gpucg.verify.oclgrind.run`: runs operator calls on Oclgrind.
 
-``python -m gpucg.runtime.oclgrind_worker DIR`` reads the tasks from ``DIR/../tasks.json``,
+``python -m gpucg.verify.oclgrind_worker DIR`` reads the tasks from ``DIR/../tasks.json``,
 claims them one at a time (with the other children) and appends one JSON line per task it ran
 to ``DIR/results.jsonl``. Its environment (made by
-:func:`gpucg.runtime.oclgrind.environment`) makes Oclgrind the OpenCL device. Oclgrind writes
+:func:`gpucg.verify.oclgrind.environment`) makes Oclgrind the OpenCL device. Oclgrind writes
 its reports to ``DIR/oclgrind.log`` and its instruction counts to standard output, which is
 sent to ``DIR/counts.txt``; each task takes the part written while it ran.
 """
@@ -80,22 +80,23 @@ def _tail(path: Path, start: int) -> tuple[str, int]:
 
 
 def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
-    import gpucg
+    from ..compiled import compile as compile_op
+    from ..op import get_op
 
-    op = gpucg.get_op(task.op)
+    op = get_op(task.op)
     case = op.representative(task.kind)[task.case]
     res = Result(task, label=case.label or ", ".join(map(str, case.inputs)))
     t0 = time.perf_counter()
     try:
-        compiled = gpucg.compile(task.op, *case.inputs, target="opencl", impl=task.impl,
-                                 index=task.index, records=False, **case.attrs)
+        compiled = compile_op(task.op, *case.inputs, target="opencl", impl=task.impl,
+                              index=task.index, records=False, **case.attrs)
         inputs = case_inputs(case.inputs, np.random.default_rng(task.case))
         got = compiled(*inputs)
         res.impl = compiled.last_impl or ""
         want = op.reference(*inputs, compiled.attrs)
         res.error = mismatch(got, want)
         if res.error:
-            host = gpucg.compile(task.op, *case.inputs, target="numpy", **case.attrs)(*inputs)
+            host = compile_op(task.op, *case.inputs, target="numpy", **case.attrs)(*inputs)
             if mismatch(host, want):
                 # random inputs outside the reference's domain (a Winograd-domain weight that
                 # no 3x3 weight transforms to): the numpy target, tested against the
