@@ -93,6 +93,19 @@ def test_special_rows_equal_float64_numpy(target):
             assert np.isfinite(got[[0, 5, 6]]).all()
 
 
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e-12, 1.0, 1e18, 1e30])
+def test_norms_without_eps_at_every_magnitude(target, scale):
+    """eps=0 leaves nothing to hide a lost square: rows scaled from 1e-30 (squares flush to
+    zero) to 1e30 (squares overflow) still equal the float64 answer, O(1) values."""
+    rng = np.random.default_rng(11)
+    x = (rng.uniform(-2, 2, (3, 37)) * scale).astype(np.float32)
+    for op in ("layer_norm", "rms_norm"):
+        params = params_for(op, x.shape[1], "float32", rng)
+        got = run(op, x, params, target, eps=0.0)
+        assert np.abs(got).max() > 0.1, (op, scale)
+        check(op, got, x, params, tag=f"scale {scale}", eps=0.0)
+
+
 def _forced(op, x, params, impl, target="opencl -device=gpu", index="int32", axis=-1):
     types = [gpucg.tensor(a.shape, a.dtype.name) for a in [x, *params]]
     f = gpucg.compile(op, *types, axis=axis, target=target, impl=impl, index=index)

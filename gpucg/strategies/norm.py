@@ -192,6 +192,11 @@ def gpu_strategy(op: str):
 
 # -- the host target --------------------------------------------------------------------------
 
+#: below this, a variance plus eps is computed from scaled squares (as in the kernels): squares
+#: that flush to zero (below about 1e-45 in float32) change a larger one by under 1e-10
+SQUARES_FLOOR = 1e-25
+
+
 def _scaled_squares(d: np.ndarray, axis: int):
     """(a, b): the largest |d| along the axis and sum((|d| / a)^2), an element equal to a
     counting 1 (as the kernels do)."""
@@ -220,12 +225,19 @@ def numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndar
             gamma = params[0].astype(acc).reshape(shape)
             mean = (np.sum(v, axis=axis, keepdims=True) / acc(n)) if op == "layer_norm" else 0
             d = v - mean
-            a, b = _scaled_squares(d, axis)
-            qn = b / acc(n)
-            big = a > 1
-            safe = np.where(big, a, 1)
-            rstd = np.where(big, 1 / (safe * np.sqrt(qn + acc(eps) / (safe * safe))),
-                            1 / np.sqrt(a * a * qn + acc(eps)))
+            ss = np.sum(d * d, axis=axis, keepdims=True)
+            if np.isfinite(ss).all() and (ss / acc(n) + acc(eps) >= SQUARES_FLOOR).all():
+                # no square overflowed, and squares small enough to flush to zero cannot
+                # matter beside the rest: the plain variance is exact enough (two passes)
+                rstd = 1 / np.sqrt(ss / acc(n) + acc(eps))
+            else:  # 1e30 rows, or tiny rows with a tinier eps: the kernels' scaled squares
+                a, b = _scaled_squares(d, axis)
+                qn = b / acc(n)
+                plain = a * a * qn + acc(eps)
+                scaled = (a > 1) | ((a > 0) & (plain < SQUARES_FLOOR))
+                safe = np.where(scaled, a, 1)
+                rstd = np.where(scaled, 1 / (safe * np.sqrt(qn + acc(eps) / safe / safe)),
+                                1 / np.sqrt(plain))
             y = d * rstd * gamma
             if op == "layer_norm":
                 y = y + params[1].astype(acc).reshape(shape)
