@@ -13,6 +13,7 @@ import numpy as np
 
 from . import compiled as api, shape
 from .errors import GpucgError, InputError
+from .samples import sample_inputs
 
 
 def parse_input(text: str):
@@ -181,15 +182,6 @@ def _bind(t, sizes):
                               else d for d in t.shape), t.dtype)
 
 
-def random_input(t, sizes: dict, rng) -> np.ndarray:
-    dims = tuple(shape.evaluate(d, sizes) for d in t.shape)
-    if t.dtype == "bool":
-        return rng.random(dims) < 0.5
-    if t.dtype.startswith("int"):
-        return rng.integers(-3, 4, size=dims).astype(t.dtype)
-    return rng.uniform(0.9, 1.1, size=dims).astype(t.dtype)
-
-
 def cmd_run(args) -> int:
     compiled = _compile(args)
     sizes = {}
@@ -202,7 +194,7 @@ def cmd_run(args) -> int:
         for s in t.symbols:
             sizes.setdefault(s, 1000)
     rng = np.random.default_rng(0)
-    inputs = [random_input(t, sizes, rng) for t in compiled.input_types]
+    inputs = sample_inputs(compiled.input_types, rng, sizes=sizes)
     result = compiled(*inputs)
     times = compiled.backend.time(lambda: compiled(*inputs), repeat=args.repeat, warmup=1)
     print(f"{compiled.op.name} on {compiled.target}: shapes "

@@ -19,54 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..samples import mismatch, sample_inputs
 from .oclgrind import Result, Task, parse_counts, parse_log
 
 _LIBC = ctypes.CDLL(None)
-#: tolerance of float results, relative to the largest magnitude of the reference
-_TOL = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
-
-
-def case_inputs(types, rng) -> list[np.ndarray]:
-    """Inputs for a call: small integers (cumprod stays in range), floats of both signs with
-    magnitudes near 1 (products neither vanish nor overflow), half the bools set."""
-    out = []
-    for t in types:
-        shape = tuple(int(d) for d in t.shape)
-        if t.dtype == "bool":
-            out.append(rng.random(shape) < 0.5)
-        elif t.dtype.startswith(("int", "uint")):
-            lo = 0 if t.dtype.startswith("u") else -3
-            out.append(rng.integers(lo, 4, size=shape).astype(t.dtype))
-        else:
-            mag = rng.uniform(0.75, 1.25, size=shape)
-            out.append((mag * rng.choice([-1.0, 1.0], size=shape)).astype(t.dtype))
-    return out
-
-
-def mismatch(got, want) -> str:
-    """"" when every output equals the reference (floats within a dtype tolerance)."""
-    got = got if isinstance(got, tuple) else (got,)
-    want = want if isinstance(want, tuple) else (want,)
-    if len(got) != len(want):
-        return f"{len(got)} outputs, the reference has {len(want)}"
-    for i, (g, w) in enumerate(zip(got, want)):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return f"output {i} is {g.shape} {g.dtype}, the reference {w.shape} {w.dtype}"
-        if w.dtype.kind != "f":
-            if not np.array_equal(g, w):
-                return f"output {i}: {int(np.sum(g != w))} of {w.size} elements differ"
-            continue
-        g64, w64 = g.astype(np.float64), w.astype(np.float64)
-        scale = max(1.0, float(np.max(np.abs(w64[np.isfinite(w64)]), initial=0.0)))
-        err = np.abs(g64 - w64)
-        bad = ~((err <= _TOL[w.dtype.name] * scale) | (np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
-        if bad.any():
-            return (f"output {i}: {int(bad.sum())} of {w.size} elements differ "
-                    f"(worst {float(np.nanmax(err)):.3g}, scale {scale:.3g})")
-    return ""
-
-
 def _tail(path: Path, start: int) -> tuple[str, int]:
     try:
         with open(path, "rb") as fh:
@@ -90,7 +46,8 @@ def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
     try:
         compiled = compile_op(task.op, *case.inputs, target="opencl", impl=task.impl,
                               index=task.index, records=False, **case.attrs)
-        inputs = case_inputs(case.inputs, np.random.default_rng(task.case))
+        inputs = sample_inputs(case.inputs, np.random.default_rng(task.case),
+                               magnitude=(0.75, 1.25), signed=True)
         got = compiled(*inputs)
         res.impl = compiled.last_impl or ""
         want = op.reference(*inputs, compiled.attrs)
