@@ -96,11 +96,12 @@ class Strategy:
         return None
 
 
-def only(decl: ImplDecl, plevel: int = 10):
-    """A strategy function that offers one implementation, always (a host target's)."""
+def only(decl: ImplDecl, plevel: int = 10, info=None):
+    """A strategy function that offers one implementation, always (a host target's); ``info``
+    is handed to its launch function as ``ctx.info``."""
     def strategy(attrs, inputs, outputs, target):
         s = Strategy(target)
-        s.add(decl, plevel)
+        s.add(decl, plevel, info=info)
         return s
     return strategy
 

@@ -16,7 +16,7 @@ from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.pool import hw_axes, out_hw, pads_for
 from ..runtime.base import ceil_div
-from ..strategy import Strategy
+from ..strategy import Strategy, only
 from .reduce import gpu_strategy_for
 
 
@@ -91,11 +91,7 @@ NUMPY_POOL = host_impl("numpy_pool", lambda ctx: numpy_pool(ctx.info, ctx.inputs
 
 
 def host_strategy(kind: str):
-    def strategy(attrs, inputs, outputs, target):
-        s = Strategy(target)
-        s.add(NUMPY_POOL, 10, info=kind)
-        return s
-    return strategy
+    return only(NUMPY_POOL, info=kind)
 
 
 def _global_host_run(ctx):
@@ -111,11 +107,7 @@ NUMPY_GLOBAL_POOL = host_impl("numpy_global_pool", _global_host_run)
 
 
 def global_host_strategy(op: str):
-    def strategy(attrs, inputs, outputs, target):
-        s = Strategy(target)
-        s.add(NUMPY_GLOBAL_POOL, 10, info=op)
-        return s
-    return strategy
+    return only(NUMPY_GLOBAL_POOL, info=op)
 
 
 def _hw(attrs, x):
