@@ -47,6 +47,22 @@ def target(request):
     return request.param
 
 
+def capped(shape, limit: int) -> tuple:
+    """``shape`` with its largest dimensions set to 1 until it holds at most ``limit``
+    elements (hypothesis draws sizes freely; a 5000 x 5000 draw would time the suite out)."""
+    shape = list(shape)
+    while shape and _prod(shape) > limit:
+        shape[shape.index(max(shape))] = 1
+    return tuple(shape)
+
+
+def _prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
 def applicable(op: str, *types, target, **attrs) -> list[str]:
     """The implementations (short names) that can run this call, whatever selection prefers."""
     sel = gpucg.explain(op, *types, target=target, **attrs)
