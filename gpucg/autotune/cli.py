@@ -65,13 +65,7 @@ def _group(records) -> dict:
 def _bucket_text(r) -> str:
     if not r.bucket:
         return "constant shapes"
-    sizes = dict(r.bucket)
-    shapes = []
-    for sig in r.inputs:
-        dtype, _, rest = sig.partition("[")
-        dims = [str(sizes.get(p, p)) for p in rest.rstrip("]").split(",")] if rest != "]" else []
-        shapes.append(f"{dtype}[{','.join(dims)}]")
-    return "at " + ", ".join(shapes)
+    return "at " + ", ".join(r.shapes())
 
 
 _ORDERS: dict = {}

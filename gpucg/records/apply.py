@@ -91,15 +91,9 @@ class ConfigOrder:
 
 
 def _describe(record: Record) -> str:
-    sizes = dict(record.bucket)
-    shapes = []
-    for sig in record.inputs:
-        dtype, _, rest = sig.partition("[")
-        dims = [str(sizes.get(p, p)) for p in rest.rstrip("]").split(",")] if rest != "]" else []
-        shapes.append(f"{dtype}[{','.join(dims)}]")
     spread = f" +- {record.spread * 1e3:.3g}" if record.spread else ""
     return (f"record {record.source or '(in memory)'}: {record.cost * 1e3:.4g} ms{spread} "
-            f"measured on {', '.join(shapes)}")
+            f"measured on {', '.join(record.shapes())}")
 
 
 def _region(binding: dict, values: dict, bucket: dict) -> list:

@@ -93,6 +93,17 @@ class Record:
     def device_key(self) -> tuple:
         return (self.target, self.device, self.driver)
 
+    def shapes(self) -> list[str]:
+        """The input signatures at the record's bucket sizes: ``float32[8,64,56,56]``."""
+        sizes = dict(self.bucket)
+        out = []
+        for sig in self.inputs:
+            dtype, _, rest = sig.partition("[")
+            dims = [str(sizes.get(p, p)) for p in rest.rstrip("]").split(",")] if rest != "]" \
+                else []
+            out.append(f"{dtype}[{','.join(dims)}]")
+        return out
+
     @property
     def candidate(self) -> tuple:
         """(bucket, implementation, config) as a hashable key: what resuming compares."""
