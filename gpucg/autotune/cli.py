@@ -172,16 +172,7 @@ def _alive(r):
     from .workload import Workload
 
     try:
-        from ..shape import TensorType
-
-        sizes = dict(r.bucket)
-        types = []
-        for sig in r.inputs:
-            dtype, _, rest = sig.partition("[")
-            dims = [int(sizes.get(p, p)) for p in rest.rstrip("]").split(",")] if rest != "]" \
-                else []
-            types.append(TensorType(tuple(dims), dtype))
-        w = Workload(r.op, types, r.target, **json.loads(r.attrs))
+        w = Workload(r.op, r.input_types(), r.target, **json.loads(r.attrs))
         return w.strategy({})[0]
     except Exception:  # noqa: BLE001 - what cannot be rebuilt is kept as it is
         return None

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import GpucgError, InputError
+from ..shape import TensorType
 
 log = logging.getLogger("gpucg.autotune")
 
@@ -93,16 +94,22 @@ class Record:
     def device_key(self) -> tuple:
         return (self.target, self.device, self.driver)
 
-    def shapes(self) -> list[str]:
-        """The input signatures at the record's bucket sizes: ``float32[8,64,56,56]``."""
+    def _signatures(self):
+        """(dtype, dims) of each input, its symbols replaced by the record's bucket sizes."""
         sizes = dict(self.bucket)
-        out = []
         for sig in self.inputs:
             dtype, _, rest = sig.partition("[")
-            dims = [str(sizes.get(p, p)) for p in rest.rstrip("]").split(",")] if rest != "]" \
-                else []
-            out.append(f"{dtype}[{','.join(dims)}]")
-        return out
+            yield dtype, ([sizes.get(p, p) for p in rest.rstrip("]").split(",")]
+                          if rest != "]" else [])
+
+    def shapes(self) -> list[str]:
+        """The input signatures at the record's bucket sizes: ``float32[8,64,56,56]``."""
+        return [f"{dtype}[{','.join(map(str, dims))}]" for dtype, dims in self._signatures()]
+
+    def input_types(self) -> list:
+        """The input types at the record's bucket sizes (every dimension an int)."""
+        return [TensorType(tuple(int(d) for d in dims), dtype)
+                for dtype, dims in self._signatures()]
 
     @property
     def candidate(self) -> tuple:
