@@ -255,9 +255,11 @@ def environment() -> jinja2.Environment:
 
 
 def template_exists(name: str) -> bool:
-    """True if gpucg/templates holds the template ``name``."""
+    """True if gpucg/templates holds the template ``name`` (found, not compiled: compiling
+    is left to the first render, so that ``import gpucg`` stays quick)."""
+    env = environment()
     try:
-        environment().get_template(name)
+        env.loader.get_source(env, name)
     except jinja2.TemplateNotFound:
         return False
     return True
