@@ -183,18 +183,5 @@ class LocalPool:
         self.close()
 
 
-class InlinePool:
-    """Measures in this process (no isolation): replay tests and debugging only."""
-
-    def __init__(self):
-        self.measurer = Measurer()
-
-    def measure(self, tasks: list[Task]) -> list[Result]:
-        return [self.measurer.measure(t) for t in tasks]
-
-    def close(self) -> None:
-        pass
-
-
 if __name__ == "__main__":
     _worker_main(Connection(int(sys.argv[1])))

@@ -161,7 +161,8 @@ def _global_rel(op: str):
     return rel
 
 
-def _lowest(dtype) -> float:
+def lowest(dtype) -> float:
+    """What padding counts as in a max pool: -inf, or the integer type's minimum."""
     return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
 
 
@@ -181,7 +182,7 @@ def reference(op: str):
         rows = np.arange(oh)[:, None] * sh - pt
         cols = np.arange(ow)[None, :] * sw - pl
         big = op == "max_pool2d"
-        acc = np.full(xs.shape[:2] + (oh, ow), _lowest(x.dtype) if big else 0,
+        acc = np.full(xs.shape[:2] + (oh, ow), lowest(x.dtype) if big else 0,
                       x.dtype if big else np.float64)
         count = np.zeros((oh, ow))
         for r in range(kh):

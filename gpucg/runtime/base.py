@@ -21,6 +21,14 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def split_chunks(n: int, groups: int, per_group: int, want: int) -> tuple[int, int]:
+    """(chunk, chunks): n items in chunks of at least ``per_group``, enough of them that
+    ``groups`` work-groups become about ``want`` (rows split over work-groups)."""
+    chunks = max(1, min(ceil_div(n, per_group), ceil_div(want, max(groups, 1))))
+    chunk = ceil_div(n, chunks) if n else 0
+    return chunk, (ceil_div(n, chunk) if chunk else 1)
+
+
 class Program(ABC):
     """A compiled kernel entry point."""
 

@@ -26,7 +26,7 @@ import sympy
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.norm import SOFTMAX_OPS
-from ..runtime.base import ceil_div
+from ..runtime.base import ceil_div, split_chunks
 from ..shape import normalize_axis, split_axis
 from ..strategy import Strategy
 
@@ -79,12 +79,10 @@ def _split(ctx, main, sums, pairs, apply) -> None:
     each chunk, then the row's pair from its chunks' and each chunk mapped."""
     outer, n, _ = _dims(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunks = max(1, min(ceil_div(n, wg * c["per_item"]), ceil_div(c["groups"], max(outer, 1))))
+    chunk, chunks = split_chunks(n, outer, wg * c["per_item"], c["groups"])
     if chunks == 1:
         _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, wg)
         return
-    chunk = ceil_div(n, chunks)
-    chunks = ceil_div(n, chunk)
     rows = outer * chunks
     x = ctx.inputs[0]
     acc = np.dtype(ctx.info.acc)

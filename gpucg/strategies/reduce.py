@@ -27,10 +27,9 @@ import sympy
 
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
-from ..ops._axes import passes
+from ..ops._axes import passes, reduced_count
 from ..ops.reduce import ARG_OPS, OPS, acc_dtype, reduced_axes
-from ..runtime.base import ceil_div
-from ..shape import product
+from ..runtime.base import ceil_div, split_chunks
 from ..strategy import Strategy
 
 WARP_N_MAX = 512
@@ -59,8 +58,7 @@ def _single(ctx):
 
 
 def _count(ctx) -> int:
-    shape = ctx.inputs[0].shape
-    return int(product([int(shape[a]) for a in ctx.info.axes]))
+    return int(reduced_count(ctx.inputs[0].shape, ctx.info.axes))
 
 
 def _partials(ctx, size: int) -> tuple:
@@ -82,14 +80,6 @@ def _cols(kern, ctx, src, dst, outer, n, inner, chunk, chunks):
          grid=outer * chunks * colblocks, block=tx * ctx.config["ty"])
 
 
-def _split(n: int, groups: int, per_group: int, want: int) -> tuple[int, int]:
-    """(chunk, chunks): n in chunks of at least ``per_group`` elements, enough of them that
-    ``groups`` work-groups become about ``want``."""
-    chunks = max(1, min(ceil_div(n, per_group), ceil_div(want, max(groups, 1))))
-    chunk = ceil_div(n, chunks) if n else 0
-    return chunk, (ceil_div(n, chunk) if chunk else 1)
-
-
 def _warp_run(ctx, main) -> None:
     outer, n, _ = _single(ctx)
     _rows(main, ctx, ctx.inputs, ctx.outputs, outer, n, n, 1, ctx.config["lanes"])
@@ -103,7 +93,7 @@ def _group_run(ctx, main) -> None:
 def _split_run(ctx, main, part, merge) -> None:
     outer, n, _ = _single(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunk, chunks = _split(n, outer, wg * c["unroll"] * c["per_item"], c["groups"])
+    chunk, chunks = split_chunks(n, outer, wg * c["unroll"] * c["per_item"], c["groups"])
     if chunks == 1:
         _rows(main, ctx, ctx.inputs, ctx.outputs, outer, n, n, 1, wg)
         return
@@ -116,7 +106,7 @@ def _cols_run(ctx, main, part, merge) -> None:
     outer, n, inner = _single(ctx)
     c = ctx.config
     colblocks = ceil_div(inner, c["tx"] * c["vec"])
-    chunk, chunks = _split(n, outer * colblocks, c["ty"] * c["per_item"], c["groups"])
+    chunk, chunks = split_chunks(n, outer * colblocks, c["ty"] * c["per_item"], c["groups"])
     if chunks == 1:
         _cols(main, ctx, ctx.inputs, ctx.outputs, outer, n, inner, n, 1)
         return
@@ -263,7 +253,7 @@ def numpy_reduce(op: str, x: np.ndarray, axes: tuple, keepdims: bool, out_dtype:
         fn = np.argmax if op == "argmax" else np.argmin
         return np.asarray(fn(x, axis=axes[0] if len(axes) == 1 else None, keepdims=keepdims))
     if op == "mean":
-        count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        count = int(reduced_count(x.shape, axes))
         total = np.sum(x, axis=axes, keepdims=keepdims, dtype=acc_dtype(op, x.dtype.name))
         with np.errstate(invalid="ignore", divide="ignore"):  # the mean of nothing is NaN
             return np.asarray(np.true_divide(total, count)).astype(out_dtype, copy=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..runtime.base import ceil_div
 
 KIB = 1024
 
@@ -70,7 +71,7 @@ def limits(arch: str) -> ArchLimits:
 
 
 def _round_up(value: int, unit: int) -> int:
-    return -(-value // unit) * unit
+    return ceil_div(value, unit) * unit
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def occupancy(arch: str, registers: int, shared: int, block: int,
     """Resident blocks and warps per SM for a kernel using ``registers`` per thread and
     ``shared`` bytes of static shared memory, launched with ``block`` threads per block."""
     lim = limits(arch)
-    warps_per_block = -(-block // lim.warp_size)
+    warps_per_block = ceil_div(block, lim.warp_size)
     total_smem = shared + dynamic_shared
     why = []
     if block < 1 or block > lim.max_threads_per_block:
