@@ -84,6 +84,9 @@ CALLS = [
     ("cast_float32_uint64", "cast", (T((n,), "float32"),), dict(dtype="uint64")),
     ("cast_int64_float16", "cast", (T((n,), "int64"),), dict(dtype="float16")),
     ("cast_float16_bool", "cast", (T((n,), "float16"),), dict(dtype="bool")),
+    ("batch_norm_float16", "batch_norm", (T((n, 8, h, w), "float16"),) + (T((8,), "float16"),) * 4,
+     {}),
+    ("batch_norm_channels_last", "batch_norm", (T((n, m)),) + (T((m,)),) * 4, dict(axis=-1)),
 ]
 TARGETS = ["cuda", "opencl"]
 

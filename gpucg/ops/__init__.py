@@ -4,6 +4,7 @@ Each module is one operator family (attributes, type relation, NumPy reference, 
 functions); gpucg.builtin loads them with their strategies when gpucg is imported.
 """
 
+from .batch_norm import batch_norm, fold_batch_norm
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
@@ -33,4 +34,4 @@ __all__ = ["Fused", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "cl
            "layer_norm", "log_softmax", "rms_norm", "softmax",
            "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
-           "strided_slice", "take"]
+           "strided_slice", "take", "batch_norm", "fold_batch_norm"]
