@@ -352,3 +352,15 @@ def test_hypothesis_opencl(shape, data):
     """Few examples: each new slice or shape is a new PoCL compile."""
     backend_or_skip("opencl")
     properties(shape, data, "opencl")
+
+
+def test_broadcast_to_serves_onnx_expand(target):
+    """ONNX Expand is NumPy broadcasting of x's shape with ``shape``: broadcast_to of the
+    broadcast shape (the ONNX spec's examples); the raw ``shape`` alone, when x is larger
+    along an axis, is a clear error rather than a silent wrong answer."""
+    x = make((3, 1), "float32")
+    for shape in [(2, 1, 6), (3, 4), (1,), (3, 1)]:
+        out = np.broadcast_shapes(x.shape, shape)
+        same(gpucg.ops.broadcast_to(x, out, target=target), x * np.ones(shape, np.float32))
+    with pytest.raises(gpucg.InputError, match=r"axis -2 of \(3, 1\) is 3 but must be 1"):
+        gpucg.ops.broadcast_to(x, (2, 1, 6), target=target)
