@@ -104,6 +104,8 @@ def test_split_dtypes(target, dtype):
 
 def test_split_points_and_axes(target):
     x = make((6, 10, 4), "float32")
+    same(gpucg.ops.split(x, np.array([3, 7]), axis=1, target=target),
+         np.split(x, [3, 7], axis=1))  # split points as an array
     for ios, axis in [((2, 5), 1), ((-3,), -2), ((7, 3, 20), 1), ((), 0), (2, -1), (1, 0),
                       ((0, 0), 2), (6, 0)]:
         check("split", (x,), np.split(x, ios, axis=axis), target, indices_or_sections=ios,
@@ -202,6 +204,10 @@ def test_take_dtypes_and_edges(target, dtype):
     check("take", (x, np.zeros((0, 3), np.int64)), np.zeros((4, 0, 3), dtype), target, dtype in FORCED, axis=1)
     empty = make((0, 3), dtype)
     check("take", (empty, np.zeros((2, 0), np.int32)), np.zeros((2, 0, 3), dtype), target, dtype in FORCED, axis=0)
+    scalar = np.asarray(make((1,), dtype)[0])  # a 0-d x: axis None indexes its one element
+    check("take", (scalar, np.array([0, -1, 0], np.int16)), np.take(scalar, [0, -1, 0]), target,
+          dtype in FORCED)
+    same(gpucg.ops.take(x, [[1, -1]], axis=0, target=target), x[[[1, -1]]])  # a list of ids
 
 
 def test_embedding_lookup(target):

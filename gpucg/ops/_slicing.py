@@ -22,6 +22,8 @@ def _int_tuple(name: str, value, allow_none: bool = False):
         return None
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return (int(value),)
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
     if not isinstance(value, (tuple, list)):
         allowed = "None, an int or a tuple of ints" if allow_none else "an int or a tuple of ints"
         raise AttrError(f"{name}={describe(value)} must be {allowed}")

@@ -283,6 +283,8 @@ def take(x, indices, axis=None, *, target=None):
     """np.take(x, indices, axis): axis None indexes the flattened x; negative indices wrap.
     Out-of-range indices are an InputError on the numpy target and are clamped to the axis by
     the GPU kernels (see the module docstring)."""
+    if isinstance(indices, (list, tuple, int, np.integer)):
+        indices = np.asarray(indices, np.int64)
     return call("take", (x, indices), target=target, axis=axis)
 
 
