@@ -90,7 +90,8 @@ class SliceAttrs:
                 raise AttrError(f"{name}={v} has {len(v)} entries but begin={begin} has "
                                 f"{len(begin)}; they must match")
         if 0 in strides:
-            raise AttrError(f"strides={strides}: a step of 0 is not allowed")
+            raise AttrError(f"strides={strides}: a step of 0 is not allowed; allowed: nonzero ints "
+                            "(negative steps walk backwards)")
         for k, v in (("begin", begin), ("end", end), ("strides", strides), ("axes", axes)):
             object.__setattr__(self, k, v)
 
