@@ -71,6 +71,22 @@ CALLS = [
     ("avg_pool_nhwc", "avg_pool2d", (T((n, h, w, 8)),),
      dict(kernel=2, strides=2, layout="NHWC", count_include_pad=False)),
     ("global_avg_pool", "global_avg_pool2d", (T((n, 8, h, w)),), {}),
+    ("concatenate_float16", "concatenate", (T((n, 3), "float16"), T((n, m), "float16")),
+     dict(axis=-1)),
+    ("split_points", "split", (T((6, 10), "int8"),), dict(indices_or_sections=(3, 7), axis=1)),
+    ("strided_slice_backwards", "strided_slice", (T((7, 9, 4)),),
+     dict(begin=(-1, 2), end=(-100, 8), strides=(-2, 3))),
+    ("take_embedding", "take", (T((n, 64)), T((m, k), "int64")), dict(axis=0)),
+    ("take_middle_float16", "take", (T((3, n, 4), "float16"), T((m,), "uint8")), dict(axis=1)),
+    ("take_flat", "take", (T((n, m), "int16"), T((k,), "int32")), {}),
+    ("flatten", "flatten", (T((n, 3, m)),), dict(axis=2)),
+    ("cast_float64_int8", "cast", (T((n, m), "float64"),), dict(dtype="int8")),
+    ("cast_float32_uint64", "cast", (T((n,), "float32"),), dict(dtype="uint64")),
+    ("cast_int64_float16", "cast", (T((n,), "int64"),), dict(dtype="float16")),
+    ("cast_float16_bool", "cast", (T((n,), "float16"),), dict(dtype="bool")),
+    ("batch_norm_float16", "batch_norm", (T((n, 8, h, w), "float16"),) + (T((8,), "float16"),) * 4,
+     {}),
+    ("batch_norm_channels_last", "batch_norm", (T((n, m)),) + (T((m,)),) * 4, dict(axis=-1)),
 ]
 TARGETS = ["cuda", "opencl"]
 

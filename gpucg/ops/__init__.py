@@ -4,6 +4,7 @@ Each module is one operator family (attributes, type relation, NumPy reference, 
 functions); gpucg.builtin loads them with their strategies when gpucg is imported.
 """
 
+from .batch_norm import batch_norm, fold_batch_norm
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
@@ -19,6 +20,8 @@ from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A0
                      sum)
 from .scan import cumprod, cumsum
 from .topk import argsort, sort, topk
+from .transform import (cast, concatenate, expand_dims, flatten, split, squeeze,
+                        strided_slice, take)
 
 __all__ = ["Fused", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "clip", "dense",
            "divide", "equal", "erf", "exp", "flip", "fused", "gelu", "greater", "greater_equal",
@@ -29,4 +32,6 @@ __all__ = ["Fused", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "cl
            "cumsum", "relu", "sort", "sum", "topk", "winograd_weight_transform",
            "all", "any", "argmax", "argmin", "max", "mean", "min", "prod",
            "layer_norm", "log_softmax", "rms_norm", "softmax",
-           "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d"]
+           "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
+           "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
+           "strided_slice", "take", "batch_norm", "fold_batch_norm"]

@@ -27,4 +27,5 @@ class NumpyBackend(Backend):
         return isinstance(array, np.ndarray)
 
     def contiguous(self, array):
-        return np.ascontiguousarray(array)
+        # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d)
+        return np.require(array, requirements="C")

@@ -5,7 +5,8 @@ pool_direct (every target with kernels): one work-item per output element, the w
 in an unrolled loop; NCHW neighbours take neighbouring columns and NHWC neighbours neighbouring
 channels, so loads are coalesced in both layouts. The global pools dispatch among the
 reduction implementations: NCHW reduces rows (n = H * W), NHWC reduces columns (inner = C).
-The host target runs NumPy: a strided window view of the padded input.
+The host target runs NumPy: one ufunc call per window tap over strided views (no padding
+copy, no per-window loop).
 """
 
 from __future__ import annotations
@@ -54,36 +55,68 @@ def gpu_strategy(kind: str):
     return strategy
 
 
+def _tap_range(offset: int, stride: int, size: int, out: int) -> tuple[int, int, int]:
+    """(first output, end output, first input) of the outputs whose tap at ``offset`` from
+    the window's start (padding subtracted) lands on the input: o * stride + offset in
+    [0, size)."""
+    lo = max(0, -(offset // stride))  # ceil(-offset / stride)
+    hi = min(out, max(0, -((offset - size) // stride)))  # ceil((size - offset) / stride)
+    return lo, max(lo, hi), lo * stride + offset
+
+
+def _divisor(out: int, k: int, stride: int, dil: int, pad_lo: int, lo: int, hi: int):
+    """Per output position along one axis, how many taps of its window lie in [lo, hi) (the
+    padded input, or the input alone), positions counted on the input."""
+    tap = np.arange(out)[:, None] * stride - pad_lo + np.arange(k)[None, :] * dil
+    return ((tap >= lo) & (tap < hi)).sum(axis=1)
+
+
 def numpy_pool(kind: str, x: np.ndarray, attrs) -> np.ndarray:
-    """Pooling by NumPy: pad, take a strided window view, reduce each window."""
-    xs = x if attrs.layout == "NCHW" else x.transpose(0, 3, 1, 2)
-    h, w = xs.shape[2:]
+    """Pooling by NumPy without a per-window loop: one ufunc call per tap of the window, each
+    reading a strided view of the input into the outputs that tap lands on.
+
+    The padding is never materialized: for tap (r, s) the outputs whose tap falls inside the
+    input form one rectangle, so max pooling folds ``np.maximum`` over kh * kw rectangles of
+    an output started at the dtype's lowest value (padding never wins; NaN propagates as in
+    np.maximum), and avg pooling adds them in float32 (float64 for float64) and divides by the
+    taps counted per output, a product of one count per axis.
+    """
+    ah, aw = hw_axes(attrs.layout)
+    h, w = x.shape[ah], x.shape[aw]
     pt, pl, pb, pr = pads_for(attrs, h, w)
     oh, ow = out_hw(attrs, h, w)
-    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
-    span_h, span_w = attrs.span
-    # ceil_mode windows may reach past the padding: pad on to the end of the last window
-    eh = max(0, (oh - 1) * sh + span_h - (h + pt + pb))
-    ew = max(0, (ow - 1) * sw + span_w - (w + pl + pr))
-    pads = ((0, 0), (0, 0), (pt, pb + eh), (pl, pr + ew))
-
-    def windows(a):
-        view = np.lib.stride_tricks.sliding_window_view(a, (span_h, span_w), axis=(2, 3))
-        return view[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]
-
-    if kind == "max":
-        y = windows(np.pad(xs, pads, constant_values=lowest(x.dtype))).max(axis=(-2, -1))
-    else:
-        acc = np.float64 if x.dtype == np.float64 else np.float32
-        total = windows(np.pad(xs.astype(acc, copy=False), pads)).sum(axis=(-2, -1))
-        ones = np.ones((1, 1, h, w), acc)
-        if attrs.count_include_pad:
-            mask = np.pad(np.pad(ones, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=1),
-                          ((0, 0), (0, 0), (0, eh), (0, ew)))
-        else:
-            mask = np.pad(ones, pads)
-        y = (total / windows(mask).sum(axis=(-2, -1))).astype(x.dtype)
-    return y if attrs.layout == "NCHW" else y.transpose(0, 2, 3, 1)
+    (kh, kw), (sh, sw), (dh, dw) = attrs.kernel, attrs.strides, attrs.dilation
+    shape = list(x.shape)
+    shape[ah], shape[aw] = oh, ow
+    big = kind == "max"
+    acc_dtype = x.dtype if big else (np.float64 if x.dtype == np.float64 else np.float32)
+    acc = np.full(shape, lowest(x.dtype) if big else 0, acc_dtype)
+    fold = np.maximum if big else np.add
+    out_ix = [slice(None)] * 4
+    in_ix = [slice(None)] * 4
+    for r in range(kh):
+        o0, o1, i0 = _tap_range(r * dh - pt, sh, h, oh)
+        if o0 == o1:
+            continue
+        out_ix[ah] = slice(o0, o1)
+        in_ix[ah] = slice(i0, i0 + (o1 - o0 - 1) * sh + 1, sh)
+        for s in range(kw):
+            p0, p1, j0 = _tap_range(s * dw - pl, sw, w, ow)
+            if p0 == p1:
+                continue
+            out_ix[aw] = slice(p0, p1)
+            in_ix[aw] = slice(j0, j0 + (p1 - p0 - 1) * sw + 1, sw)
+            dst = acc[tuple(out_ix)]
+            fold(dst, x[tuple(in_ix)], out=dst)
+    if big:
+        return acc
+    pad = attrs.count_include_pad
+    count = np.outer(_divisor(oh, kh, sh, dh, pt, -pt if pad else 0, h + pb if pad else h),
+                     _divisor(ow, kw, sw, dw, pl, -pl if pad else 0, w + pr if pad else w))
+    count = count.astype(acc_dtype)
+    count = count if attrs.layout == "NCHW" else count[:, :, None]
+    np.divide(acc, count, out=acc)
+    return acc.astype(x.dtype, copy=False)
 
 
 NUMPY_POOL = host_impl("numpy_pool", lambda ctx: numpy_pool(ctx.info, ctx.inputs[0], ctx.attrs))
