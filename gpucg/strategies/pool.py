@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen.literals import lowest_value
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
-from ..ops.pool import hw_axes, lowest, out_hw, pads_for
+from ..ops.pool import hw_axes, out_hw, pads_for
 from ..runtime.base import ceil_div
 from ..strategy import Strategy, only
 from .reduce import gpu_strategy_for
@@ -72,7 +73,7 @@ def numpy_pool(kind: str, x: np.ndarray, attrs) -> np.ndarray:
         return view[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]
 
     if kind == "max":
-        y = windows(np.pad(xs, pads, constant_values=lowest(x.dtype))).max(axis=(-2, -1))
+        y = windows(np.pad(xs, pads, constant_values=lowest_value(x.dtype))).max(axis=(-2, -1))
     else:
         acc = np.float64 if x.dtype == np.float64 else np.float32
         total = windows(np.pad(xs.astype(acc, copy=False), pads)).sum(axis=(-2, -1))
