@@ -25,23 +25,40 @@ _P = (3.05326634961232344e-1, 3.60344899949804439e-1, 1.25781726111229246e-1,
 _Q = (2.56852019228982242e00, 1.87295284992346725e00, 5.27905102951428412e-1,
       6.05183413124413191e-2, 2.33520497626869185e-3)
 _SQRPI = 5.6418958354775628695e-1  # 1 / sqrt(pi)
-_BLOCK = 1 << 15  # elements a block: the temporaries stay in cache
+_BLOCK = 1 << 12  # elements a block: the temporaries stay in cache
+
+
+def _ratio(t, num_c, den_c, last):
+    """(num_c[-1] t^n + ... + num_c[-2]) / (t^n + ... + den_c[-1]) by Horner, in place: num_c
+    and den_c hold Cody's coefficients in his order (the leading numerator one last)."""
+    num, den = t * num_c[last], t.copy()
+    for a, b in zip(num_c[:last - 1], den_c[:last - 1]):
+        num += a
+        num *= t
+        den += b
+        den *= t
+    num += num_c[last - 1]
+    den += den_c[last - 1]
+    num /= den
+    return num
 
 
 def _small(x):
     """erf(x) for |x| <= 0.46875."""
-    z = x * x
-    num, den = _A[4] * z, z.copy()
-    for a, b in zip(_A[:3], _B[:3]):
-        num = (num + a) * z
-        den = (den + b) * z
-    return x * (num + _A[3]) / (den + _B[3])
+    r = _ratio(x * x, _A, _B, 4)
+    r *= x
+    return r
 
 
 def _exp_minus_square(y):
     """exp(-y * y), y split as ys + (y - ys) with ys a multiple of 1/16 (exact square)."""
-    ys = np.trunc(y * 16) / 16
-    return np.exp(-ys * ys) * np.exp(-(y - ys) * (y + ys))
+    ys = np.trunc(y * 16)
+    ys /= 16
+    e = np.exp(-(y - ys) * (y + ys))
+    ys *= ys
+    np.negative(ys, out=ys)
+    e *= np.exp(ys, out=ys)
+    return e
 
 
 def _erfc_pos(y):
@@ -51,21 +68,19 @@ def _erfc_pos(y):
     mid = y <= 4.0
     if mid.any():
         t = y[mid]
-        num, den = _C[8] * t, t.copy()
-        for c, d in zip(_C[:7], _D[:7]):
-            num = (num + c) * t
-            den = (den + d) * t
-        out[mid] = (num + _C[7]) / (den + _D[7]) * _exp_minus_square(t)
+        r = _ratio(t, _C, _D, 8)
+        r *= _exp_minus_square(t)
+        out[mid] = r
     big = ~mid
     if big.any():
         t = y[big]
         z = 1.0 / (t * t)
-        num, den = _P[5] * z, z.copy()
-        for p, q in zip(_P[:4], _Q[:4]):
-            num = (num + p) * z
-            den = (den + q) * z
-        r = z * (num + _P[4]) / (den + _Q[4])
-        out[big] = (_SQRPI - r) / t * _exp_minus_square(t)
+        r = _ratio(z, _P, _Q, 5)
+        r *= z
+        np.subtract(_SQRPI, r, out=r)
+        r /= t
+        r *= _exp_minus_square(t)
+        out[big] = r
     return out
 
 
