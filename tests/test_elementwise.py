@@ -323,7 +323,7 @@ def test_selection_and_sources():
     src = gpucg.compile("fused", gpucg.tensor((8, 8), "int8"), gpucg.tensor((8,), "float16"),
                         expr="where(less(x0, 0), power(x0, 3), gelu(x1))",
                         target="cuda").sources["ew_strided.cuda/main"]
-    assert "gpucg_ipow_int8" in src and "erf(" in src and "#include" not in src
+    assert "gpucg_ipow_int8" in src and "erfc(" in src and "#include" not in src
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])

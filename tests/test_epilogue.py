@@ -89,3 +89,22 @@ def test_residual_rules():
     assert ok.shape == (1, 2, 4, 3)
     with pytest.raises(gpucg.AttrError, match="alpha=inf must be finite"):
         gpucg.compile("conv2d", t((1, 3, 8, 8)), t((2, 3, 3, 3)), alpha=float("inf"))
+
+
+@pytest.mark.parametrize("op", ["dense", "conv2d"])
+@pytest.mark.parametrize("activation", [a for a in ACTS if a is not None])
+def test_nan_in_nan_out(target, op, activation):
+    """A NaN in the data makes NaN of every output it reaches, through every activation, as
+    the elementwise operator of the same name keeps it (relu once gave 0 on OpenCL)."""
+    x = np.array([[1.0, np.nan, -2.0], [0.5, -1.0, 3.0]], np.float32)
+    w = np.eye(3, dtype=np.float32)
+    if op == "dense":
+        got = gpucg.ops.dense(x, w, activation=activation, target=target)
+        plain = gpucg.ops.dense(x, w, target=target)
+    else:
+        x4, w4 = x.reshape(2, 3, 1, 1), w.reshape(3, 3, 1, 1)
+        got = gpucg.ops.conv2d(x4, w4, activation=activation, target=target).reshape(2, 3)
+        plain = gpucg.ops.conv2d(x4, w4, target=target).reshape(2, 3)
+    assert np.isnan(got[0]).all() and not np.isnan(got[1]).any(), got
+    np.testing.assert_allclose(got[1], ACTS[activation](plain[1].astype(np.float64)), rtol=1e-6,
+                               atol=1e-7)

@@ -16,6 +16,7 @@ import jinja2
 from .. import counters as stats
 from ..errors import InputError
 from ..shape import DTYPES
+from . import literals
 from .dialect import Dialect
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -238,6 +239,21 @@ def block(text, width: int = 0) -> str:
     return "\n".join(pad + ln if ln.strip() else "" for ln in str(text).strip("\n").split("\n"))
 
 
+@jinja2.pass_context
+def _literal(ctx, value, dtype) -> str:
+    return literals.literal(value, dtype, ctx["d"])
+
+
+@jinja2.pass_context
+def _lowest(ctx, dtype) -> str:
+    return literals.lowest_of(dtype, ctx["d"])
+
+
+@jinja2.pass_context
+def _highest(ctx, dtype) -> str:
+    return literals.highest_of(dtype, ctx["d"])
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -249,7 +265,8 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
-                       guard=guard)
+                       guard=guard, literal=_literal, inf_of=literals.inf_of,
+                       nan_of=literals.nan_of, lowest_of=_lowest, highest_of=_highest)
     env.filters["block"] = block
     return env
 

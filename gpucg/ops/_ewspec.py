@@ -14,9 +14,10 @@ import math
 
 import numpy as np
 
+from ..codegen import literals
 from ..errors import AttrError, DTypeError
 from ..shape import DTYPES
-from ._epilogue import erf
+from ._unary import TABLE, Lit, clip_c
 
 UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid", "tanh", "erf", "gelu",
          "relu", "leaky_relu", "clip")
@@ -50,7 +51,7 @@ _UFUNC = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": np.sqrt, "abs"
           **{op: getattr(np, op) for op in COMPARISONS}}
 _SIGNED = ("int8", "int16", "int32", "int64")
 _UNSIGNED = ("bool", "uint8", "uint16", "uint32", "uint64")
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = tuple(literals.FLOATS)
 
 
 def check_attrs(op: str, attrs: dict) -> dict:
@@ -145,31 +146,14 @@ def evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
 
 def _evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
     dt = np.dtype(out)
-    comp = np.float32 if loop[0] == "float16" else loop[0]  # float16 computes in float32
-    if op == "power" and np.dtype(loop[0]).kind in "iu":
+    if op in TABLE and loop[0] in _FLOATS:  # float16 computes in float32
+        y = TABLE[op].numpy(args[0].astype(literals.compute_dtype(loop[0]), copy=False), attrs)
+    elif op == "power" and np.dtype(loop[0]).kind in "iu":
         y = _int_power(*args)
-    elif op == "rsqrt":
-        y = np.reciprocal(np.sqrt(args[0].astype(comp)))
-    elif op == "sigmoid":
-        x = args[0].astype(comp)
-        y = 1 / (1 + np.exp(-x))
-    elif op == "erf":
-        y = erf(args[0])
-    elif op == "gelu":
-        x = args[0].astype(comp)
-        y = 0.5 * x * (1 + (erf(x * (1 / math.sqrt(2))) if attrs["approximate"] == "none" else
-                            np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))))
     elif op == "relu":
         y = np.maximum(args[0], np.zeros((), args[0].dtype))
-    elif op == "leaky_relu":
-        x = args[0]
-        y = np.where(x > 0, x, x * x.dtype.type(attrs["alpha"]))
     elif op == "clip":
-        y = args[0]
-        if attrs["a_min"] is not None:
-            y = np.maximum(y, y.dtype.type(attrs["a_min"]))
-        if attrs["a_max"] is not None:
-            y = np.minimum(y, y.dtype.type(attrs["a_max"]))
+        y = TABLE["clip"].numpy(args[0], attrs)
     elif op == "where":
         y = np.where(args[0], args[1], args[2])
     elif op == "identity":
@@ -183,17 +167,12 @@ def _evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
 
 def ctype(dtype: str, d) -> str:
     """The C type a value of ``dtype`` is computed in (float16 in float)."""
-    return "float" if dtype == "float16" else d.type(dtype)
+    return d.type(literals.compute_dtype(dtype))
 
 
 def literal(value, dtype: str, d) -> str:
-    """A C constant of ``dtype``'s compute type."""
-    if dtype in _FLOATS:
-        text = repr(float(value))
-        return text + ("" if dtype == "float64" else "f")
-    if dtype == "bool":
-        return "1" if value else "0"
-    return f"(({d.type(dtype)}){d.uconst(int(value), 64)})"
+    """A C constant of ``dtype``'s compute type (gpucg/codegen/literals.py)."""
+    return literals.literal(value, dtype, d)
 
 
 def cast(expr: str, src: str, dst: str, d) -> str:
@@ -242,7 +221,9 @@ def code(op: str, args: list, loop: tuple, out: str, attrs: dict, d, helpers: di
     c = ctype(t, d)
     x = args[0]
     fl, signed = t in _FLOATS, t in _SIGNED
-    one, zero = literal(1, t, d), literal(0, t, d)
+    if op in TABLE and fl:
+        return TABLE[op].c(x, Lit(t, d), attrs)
+    zero = literal(0, t, d)
     if op in COMPARISONS:
         return _compare(COMPARISONS[op], args[0], args[1], loop[0], loop[1], d)
     if op in ("add", "subtract", "multiply"):
@@ -273,42 +254,15 @@ def code(op: str, args: list, loop: tuple, out: str, attrs: dict, d, helpers: di
         return f"({x} ? {args[1]} : {args[2]})"
     if op == "identity":
         return x
-    if op == "abs":
-        if fl:
-            return f"fabs({x})"
+    if op == "abs":  # integers (floats are in the table)
         if signed:
             u = _utype(t, d)
             return f"(({c})({x} < 0 ? ({u})0 - ({u}){x} : ({u}){x}))"
         return x
     if op == "negative":
-        if fl:
-            return f"(-{x})"
         return f"(({c})(({_utype(t, d)})0 - ({_utype(t, d)}){x}))"
-    if op in ("exp", "log", "sqrt", "tanh", "erf"):
-        return f"{op}({x})"
-    if op == "rsqrt":
-        return f"({one} / sqrt({x}))"
-    if op == "sigmoid":
-        return f"({one} / ({one} + exp(-{x})))"
-    if op == "gelu":
-        half = literal(0.5, t, d)
-        if attrs["approximate"] == "none":
-            return f"({half} * {x} * ({one} + erf({x} * {literal(1 / math.sqrt(2), t, d)})))"
-        cubic = f"{literal(0.044715, t, d)} * {x} * {x} * {x}"
-        inner = f"{literal(math.sqrt(2 / math.pi), t, d)} * ({x} + {cubic})"
-        return f"({half} * {x} * ({one} + tanh({inner})))"
     if op == "relu":
-        if t in _UNSIGNED:
-            return x
-        return f"(({x} > {zero}{f' || {x} != {x}' if fl else ''}) ? {x} : {zero})"
-    if op == "leaky_relu":
-        return f"({x} > {zero} ? {x} : {literal(attrs['alpha'], t, d)} * {x})"
+        return x if t in _UNSIGNED else f"({x} > {zero} ? {x} : {zero})"
     if op == "clip":
-        y = x
-        for name, sym in (("a_min", ">"), ("a_max", "<")):
-            if attrs[name] is not None:
-                lit = literal(attrs[name], t, d)
-                nan = f" || {y} != {y}" if fl else ""
-                y = f"(({y} {sym} {lit}{nan}) ? {y} : {lit})"
-        return y
+        return clip_c(x, Lit(t, d), attrs, nan=False)
     raise AttrError(f"elementwise operator {op!r} is unknown")

@@ -183,15 +183,17 @@ def evaluate(t: Typed, arrays):
     return spec.evaluate(t.expr.op, args, t.loop, t.out, dict(t.expr.attrs))
 
 
-def to_c(t: Typed, d) -> tuple[list, str, dict]:
+def to_c(t: Typed, d, inputs: tuple = (), temp: str = "t") -> tuple[list, str, dict]:
     """(statements, result variable, helper functions) computing the tree from variables
-    x0, x1, ... (the inputs in their compute types); one temporary per node."""
+    x0, x1, ... (the inputs in their compute types; ``inputs`` renames them); one temporary
+    per node, named ``temp`` and a number."""
     lines: list = []
     helpers: dict = {}
 
     def walk(n: Typed) -> str:
         if n.expr.op == "input":
-            return f"x{n.expr.args[0]}"
+            k = n.expr.args[0]
+            return inputs[k] if k < len(inputs) else f"x{k}"
         operands = []
         for a, lt in zip(n.args, n.loop):
             if a.expr.op == "const":
@@ -201,7 +203,7 @@ def to_c(t: Typed, d) -> tuple[list, str, dict]:
         value = spec.code(n.expr.op, operands, n.loop, n.out, dict(n.expr.attrs), d, helpers)
         # the type the value is computed in: 0/1 for comparisons, the operands' for where
         src = "bool" if n.expr.op in spec.COMPARISONS else n.loop[-1]
-        name = f"t{len(lines)}"
+        name = f"{temp}{len(lines)}"
         lines.append(f"const {spec.ctype(n.out, d)} {name} = {spec.cast(value, src, n.out, d)};")
         return name
 

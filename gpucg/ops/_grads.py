@@ -9,21 +9,11 @@ from __future__ import annotations
 
 from ..errors import OpError
 from ..shape import normalize_axis
+from ._unary import ACTIVATIONS, derivative
 from ._window import is_same, same_pads
 
-_GELU_T = ("tanh(multiply(0.7978845608028654, add(x1, multiply(0.044715, "
-           "multiply(x1, multiply(x1, x1))))))")
 #: the output gradient x0 times the activation's derivative at the pre-activation x1
-ACTIVATION_GRAD = {
-    "relu": "multiply(x0, greater(x1, 0))",
-    "sigmoid": "multiply(x0, multiply(sigmoid(x1), subtract(1, sigmoid(x1))))",
-    "tanh": "multiply(x0, subtract(1, multiply(tanh(x1), tanh(x1))))",
-    "gelu": ("multiply(x0, add(multiply(0.5, add(1, erf(multiply(x1, 0.7071067811865476)))), "
-             "multiply(multiply(x1, 0.3989422804014327), exp(multiply(-0.5, multiply(x1, x1))))))"),
-    "gelu_tanh": (f"multiply(x0, add(multiply(0.5, add(1, {_GELU_T})), multiply(multiply("
-                  f"multiply(0.5, x1), subtract(1, multiply({_GELU_T}, {_GELU_T}))), multiply("
-                  "0.7978845608028654, add(1, multiply(0.134145, multiply(x1, x1)))))))"),
-}
+ACTIVATION_GRAD = {name: derivative(op, attrs) for name, (op, attrs) in ACTIVATIONS.items()}
 
 
 def scale(ctx, x, factor: float):

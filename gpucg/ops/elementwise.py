@@ -19,7 +19,7 @@ from ..eager import call
 from ..errors import AttrError, DTypeError, InputError
 from ..op import Case, KernelInfo, OpPattern, register_gradient, register_op
 from ..shape import DTYPES, TensorType, broadcast_shapes
-from . import _ewspec as spec, _layout as layout
+from . import _ewspec as spec, _layout as layout, _unary
 from ._expr import MAX_INPUTS, Expr, inputs_of, node, parse, placeholders, typecheck
 from ._expr import evaluate as _evaluate
 
@@ -308,18 +308,14 @@ def _multiply_grad(ctx):
             _to_shape(ctx, ctx.call("multiply", g, a), b))
 
 
-@register_gradient("relu")
-def _relu_grad(ctx):
-    return (ctx.call("fused", ctx.out_grad, ctx.inputs[0], expr="multiply(x0, greater(x1, 0))"),)
+def _unary_gradient(op: str):
+    def gradient(ctx):  # the table's derivative (gpucg/ops/_unary.py) at the input
+        attrs = {k: getattr(ctx.attrs, k) for k in spec.ATTRS.get(op, {})}
+        text = _unary.derivative(op, attrs)
+        operands = (ctx.out_grad, ctx.inputs[0])[:inputs_of(parse(text))]
+        return (ctx.call("fused", *operands, expr=text),)
+    return gradient
 
 
-@register_gradient("sigmoid")
-def _sigmoid_grad(ctx):  # y (1 - y)
-    return (ctx.call("fused", ctx.out_grad, ctx.output,
-                     expr="multiply(x0, multiply(x1, subtract(1, x1)))"),)
-
-
-@register_gradient("tanh")
-def _tanh_grad(ctx):  # 1 - y^2
-    return (ctx.call("fused", ctx.out_grad, ctx.output,
-                     expr="multiply(x0, subtract(1, multiply(x1, x1)))"),)
+for _op in _unary.TABLE:
+    register_gradient(_op)(_unary_gradient(_op))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..codegen.literals import lowest_value
 from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, require_bool
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
@@ -161,11 +162,6 @@ def _global_rel(op: str):
     return rel
 
 
-def lowest(dtype) -> float:
-    """What padding counts as in a max pool: -inf, or the integer type's minimum."""
-    return -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
-
-
 def reference(op: str):
     """The NumPy reference: one strided gather per window tap, with a validity mask."""
     def ref(x: np.ndarray, attrs):
@@ -182,7 +178,7 @@ def reference(op: str):
         rows = np.arange(oh)[:, None] * sh - pt
         cols = np.arange(ow)[None, :] * sw - pl
         big = op == "max_pool2d"
-        acc = np.full(xs.shape[:2] + (oh, ow), lowest(x.dtype) if big else 0,
+        acc = np.full(xs.shape[:2] + (oh, ow), lowest_value(x.dtype) if big else 0,
                       x.dtype if big else np.float64)
         count = np.zeros((oh, ow))
         for r in range(kh):

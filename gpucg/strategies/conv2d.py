@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..codegen import dialect_for
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
@@ -203,12 +204,13 @@ DEPTHWISE = kernel_impl("depthwise", _depthwise_run, depthwise=Kernel(
     "conv2d/depthwise.j2", doc="VW neighbouring outputs of one channel's row per work-item"))
 
 
-def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inputs: int) -> dict:
+def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inputs: int,
+                  d) -> dict:
     """Template parameters every conv2d kernel of a call shares (``inputs``: how many the call
-    has: the bias is the third, the residual the fourth)."""
+    has: the bias is the third, the residual the fourth) in dialect ``d``."""
     return dict(half=data_dtype == "float16", out_half=out_dtype == "float16", acc_t="float",
-                **PLAIN,
-                **_epilogue.template_params(attrs, inputs >= 3, inputs >= 4),
+                acc_dtype="float32", **PLAIN,
+                **_epilogue.template_params(attrs, inputs >= 3, inputs >= 4, "float32", d),
                 nchw=attrs.data_layout == "NCHW",
                 oihw=attrs.kernel_layout == "OIHW",
                 C=geo.c, O=geo.o, Cg=geo.cg, Og=geo.og, KH=geo.kh, KW=geo.kw,
@@ -232,7 +234,8 @@ def winograd_applies(attrs: Conv2dAttrs, geo) -> bool:
 
 def gpu_strategy(attrs, inputs, outputs, target):
     geo = conv_geometry(inputs, attrs)
-    common = common_params(attrs, geo, inputs[0].dtype, outputs[0].dtype, len(inputs))
+    common = common_params(attrs, geo, inputs[0].dtype, outputs[0].dtype, len(inputs),
+                           dialect_for(target.backend))
     info = ConvInfo(geo, attrs)
     on_cpu = target.on_cpu
     s = Strategy(target)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen import dialect_for
 from ..ops.conv2d import epilogue, from_nchw, pads_for, to_nchw
 from ..ops.conv2d_winograd import OP, winograd_geometry, winograd_matrices
 from ..implementation import host_impl
@@ -52,7 +53,8 @@ host_strategy = only(WINOGRAD_HOST)
 def gpu_strategy(attrs, inputs, outputs, target):
     geo = winograd_geometry(inputs, attrs)
     conv = attrs.conv_attrs()
-    common = common_params(conv, geo, inputs[0].dtype, outputs[0].dtype, len(inputs))
+    common = common_params(conv, geo, inputs[0].dtype, outputs[0].dtype, len(inputs),
+                           dialect_for(target.backend))
     s = Strategy(target)
     s.add(WINOGRAD[attrs.tile_size, False], 15, info=ConvInfo(geo, conv),
           space=gemm_space(geo.o, target.on_cpu, loads=False),

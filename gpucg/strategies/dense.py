@@ -19,10 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..codegen import dialect_for
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
-from ..ops.dense import problem
+from ..ops.dense import DenseAttrs, problem
 from ..runtime.base import ceil_div
 from ..strategy import Strategy
 from .gemm_tile import gemm_space, work_group
@@ -142,20 +143,21 @@ def _host_run(ctx):
 
 
 NUMPY_MATMUL = host_impl("numpy_matmul", _host_run)
+_NO_EPILOGUE = DenseAttrs()  # matmul and batch_matmul: z = acc
 
 
-def params(op, attrs, inputs, outputs) -> dict:
+def params(op, attrs, inputs, outputs, d) -> dict:
     """Template parameters every kernel of a call shares: storage types, the sums' type, the
-    operands' layouts, the batch dimensions, the epilogue."""
+    operands' layouts, the batch dimensions, the epilogue (in dialect ``d``)."""
     p = problem(op, inputs[0].shape, inputs[1].shape, attrs)
     dtype, out = inputs[0].dtype, outputs[0].dtype
     wide = "float64" in (dtype, out)
-    ep = _epilogue.template_params(attrs, len(inputs) >= 3, len(inputs) >= 4) if op == "dense" \
-        else dict(has_bias=False, has_residual=False, activation="none", ep_alpha=1.0,
-                  ep_beta=1.0, residual_before=False)
+    acc = "float64" if wide else "float32"
+    ep = _epilogue.template_params(attrs if op == "dense" else _NO_EPILOGUE, len(inputs) >= 3,
+                                   len(inputs) >= 4, acc, d)
     return dict(half=dtype == "float16", out_half=out == "float16", f64=dtype == "float64",
                 out_f64=out == "float64", acc_t="double" if wide else "float",
-                acc_dtype="float64" if wide else "float32", a_k_major=p.a_k_major,
+                acc_dtype=acc, a_k_major=p.a_k_major,
                 b_k_major=p.b_k_major, R=len(merge_batch(p)), wg=256, **ep)
 
 
@@ -181,7 +183,7 @@ def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
 def gpu_strategy(op: str):
     def strategy(attrs, inputs, outputs, target):
         p = problem(op, inputs[0].shape, inputs[1].shape, attrs)
-        common = params(op, attrs, inputs, outputs)
+        common = params(op, attrs, inputs, outputs, dialect_for(target.backend))
         acc_bytes = 8 if common["acc_t"] == "double" else 4
         vector = not common["half"]
         info = GemmInfo(op, merge_batch(p), SPLITK_GROUPS["cpu" if target.on_cpu else "gpu"])

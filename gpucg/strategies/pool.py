@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..codegen.literals import lowest_value
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
-from ..ops.pool import hw_axes, lowest, out_hw, pads_for
+from ..ops.pool import hw_axes, out_hw, pads_for
 from ..runtime.base import ceil_div
 from ..strategy import Strategy, only
 from .reduce import gpu_strategy_for
@@ -90,7 +91,7 @@ def numpy_pool(kind: str, x: np.ndarray, attrs) -> np.ndarray:
     shape[ah], shape[aw] = oh, ow
     big = kind == "max"
     acc_dtype = x.dtype if big else (np.float64 if x.dtype == np.float64 else np.float32)
-    acc = np.full(shape, lowest(x.dtype) if big else 0, acc_dtype)
+    acc = np.full(shape, lowest_value(x.dtype) if big else 0, acc_dtype)
     fold = np.maximum if big else np.add
     out_ix = [slice(None)] * 4
     in_ix = [slice(None)] * 4

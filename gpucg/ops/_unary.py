@@ -1,0 +1,155 @@
+"""The math of every float unary operator and activation, written once: its NumPy function,
+its C expression and its derivative. The elementwise operators (gpucg/ops/_ewspec.py), the
+fused expressions (gpucg/ops/_expr.py), the GEMM and conv2d epilogues (gpucg/ops/_epilogue.py)
+and the gradients (gpucg/ops/_grads.py, gpucg/ops/elementwise.py) all read this table, so an
+epilogue and the operator of the same name cannot differ.
+
+Special values follow NumPy and PyTorch: NaN in, NaN out (relu and clip keep NaN, unlike
+C's fmax); signed zeros where the function has them (gelu(-0.0) is -0.0, relu(-0.0) is
++0.0 as np.maximum gives); limits at the infinities (gelu(-inf) is -0.0, not -inf * 0).
+The gelus are written without cancellation: x * Phi(x) as x * erfc(-x / sqrt 2) / 2, the tanh
+form as x * sigmoid(2u) (not x (1 + tanh u) / 2, which loses everything for large negative x).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..codegen.literals import literal, max_finite
+from ._erf import erf, erfc
+
+_SQRT_HALF = 1 / math.sqrt(2)
+_TANH_2U = 2 * math.sqrt(2 / math.pi)  # 2u = _TANH_2U * (x + 0.044715 x^3)
+
+
+class Lit:
+    """C literals of one compute dtype for one dialect: ``lit(0.5)`` is ``0.5f``."""
+
+    def __init__(self, dtype: str, d):
+        self.dtype, self.d = dtype, d
+
+    def __call__(self, value) -> str:
+        return literal(value, self.dtype, self.d)
+
+    @property
+    def lowest_finite(self) -> str:
+        return self(-max_finite(self.dtype))
+
+
+@dataclass(frozen=True)
+class Unary:
+    """One operator: ``numpy(x, attrs)`` on a float array in its compute dtype;
+    ``c(x, lit, attrs)`` a C expression of the variable ``x`` (x may appear several times);
+    ``grad(attrs)`` the gradient's expression text: the output gradient x0 times the
+    derivative at the input x1."""
+
+    numpy: Callable
+    c: Callable
+    grad: Callable
+
+
+def _finite_below(x):
+    """x with -inf raised to the lowest finite value (a factor that meets a zero)."""
+    return np.maximum(x, -np.finfo(x.dtype).max)
+
+
+def _gelu_np(x, attrs):
+    if attrs.get("approximate", "none") == "tanh":
+        return _finite_below(x) / (1 + np.exp(x.dtype.type(-_TANH_2U) * (x + x.dtype.type(0.044715) * x * x * x)))
+    return _finite_below(x) * (0.5 * erfc(x * -_SQRT_HALF))
+
+
+def _gelu_c(x, lit, attrs):
+    # fmax drops NaN, harmlessly here: the other factor is NaN then
+    low = f"fmax({x}, {lit.lowest_finite})"
+    if attrs.get("approximate", "none") == "tanh":
+        cubic = f"{lit(0.044715)} * {x} * {x} * {x}"
+        return f"({low} / ({lit(1)} + exp({lit(-_TANH_2U)} * ({x} + {cubic}))))"
+    return f"({low} * ({lit(0.5)} * erfc({x} * {lit(-_SQRT_HALF)})))"
+
+
+_GELU_T = ("tanh(multiply(0.7978845608028654, add(x1, multiply(0.044715, "
+           "multiply(x1, multiply(x1, x1))))))")
+
+
+def _gelu_grad(attrs):
+    if attrs.get("approximate", "none") == "tanh":
+        return (f"multiply(x0, add(multiply(0.5, add(1, {_GELU_T})), multiply(multiply("
+                f"multiply(0.5, x1), subtract(1, multiply({_GELU_T}, {_GELU_T}))), multiply("
+                "0.7978845608028654, add(1, multiply(0.134145, multiply(x1, x1)))))))")
+    return ("multiply(x0, add(multiply(0.5, add(1, erf(multiply(x1, 0.7071067811865476)))), "
+            "multiply(multiply(x1, 0.3989422804014327), exp(multiply(-0.5, multiply(x1, x1))))))")
+
+
+def _clip_np(x, attrs):
+    if attrs.get("a_min") is not None:
+        x = np.maximum(x, x.dtype.type(attrs["a_min"]))
+    if attrs.get("a_max") is not None:
+        x = np.minimum(x, x.dtype.type(attrs["a_max"]))
+    return x
+
+
+def clip_c(x, lit, attrs, nan=True) -> str:
+    """x limited to [a_min, a_max] as np.maximum and np.minimum do (NaN kept where ``nan``)."""
+    for name, sym in (("a_min", ">"), ("a_max", "<")):
+        if attrs.get(name) is not None:
+            bound = lit(attrs[name])
+            keep = f" || {x} != {x}" if nan else ""
+            x = f"(({x} {sym} {bound}{keep}) ? {x} : {bound})"
+    return x
+
+
+def _clip_grad(attrs):
+    g = "x0"
+    for name, cmp in (("a_min", "greater_equal"), ("a_max", "less_equal")):
+        if attrs.get(name) is not None:
+            g = f"multiply({g}, {cmp}(x1, {float(attrs[name])!r}))"
+    return g
+
+
+TABLE = {
+    "exp": Unary(lambda x, a: np.exp(x), lambda x, lit, a: f"exp({x})",
+                 lambda a: "multiply(x0, exp(x1))"),
+    "log": Unary(lambda x, a: np.log(x), lambda x, lit, a: f"log({x})",
+                 lambda a: "divide(x0, x1)"),
+    "sqrt": Unary(lambda x, a: np.sqrt(x), lambda x, lit, a: f"sqrt({x})",
+                  lambda a: "divide(x0, multiply(2, sqrt(x1)))"),
+    "rsqrt": Unary(lambda x, a: np.reciprocal(np.sqrt(x)),
+                   lambda x, lit, a: f"({lit(1)} / sqrt({x}))",
+                   lambda a: "multiply(x0, multiply(-0.5, divide(rsqrt(x1), x1)))"),
+    "abs": Unary(lambda x, a: np.absolute(x), lambda x, lit, a: f"fabs({x})",
+                 lambda a: "where(less(x1, 0), negative(x0), multiply(x0, greater(x1, 0)))"),
+    "negative": Unary(lambda x, a: np.negative(x), lambda x, lit, a: f"(-{x})",
+                      lambda a: "negative(x0)"),
+    "sigmoid": Unary(lambda x, a: 1 / (1 + np.exp(-x)),
+                     lambda x, lit, a: f"({lit(1)} / ({lit(1)} + exp(-{x})))",
+                     lambda a: "multiply(x0, multiply(sigmoid(x1), subtract(1, sigmoid(x1))))"),
+    "tanh": Unary(lambda x, a: np.tanh(x), lambda x, lit, a: f"tanh({x})",
+                  lambda a: "multiply(x0, subtract(1, multiply(tanh(x1), tanh(x1))))"),
+    "erf": Unary(lambda x, a: erf(x), lambda x, lit, a: f"erf({x})",
+                 lambda a: "multiply(x0, multiply(1.1283791670955126, exp(negative(multiply("
+                           "x1, x1)))))"),
+    "gelu": Unary(_gelu_np, _gelu_c, _gelu_grad),
+    # np.maximum keeps NaN and gives +0.0 for -0.0, as the select does
+    "relu": Unary(lambda x, a: np.maximum(x, x.dtype.type(0)),
+                  lambda x, lit, a: f"(({x} > {lit(0)} || {x} != {x}) ? {x} : {lit(0)})",
+                  lambda a: "multiply(x0, greater(x1, 0))"),
+    "leaky_relu": Unary(lambda x, a: np.where(x > 0, x, x * x.dtype.type(a["alpha"])),
+                        lambda x, lit, a: f"({x} > {lit(0)} ? {x} : {lit(a['alpha'])} * {x})",
+                        lambda a: f"where(greater(x1, 0), x0, multiply(x0, {a['alpha']!r}))"),
+    "clip": Unary(_clip_np, clip_c, _clip_grad),
+}
+
+#: the epilogue activations of conv2d and the GEMM family: name -> (operator, attributes)
+ACTIVATIONS = {"relu": ("relu", {}), "gelu": ("gelu", {"approximate": "none"}),
+               "gelu_tanh": ("gelu", {"approximate": "tanh"}), "sigmoid": ("sigmoid", {}),
+               "tanh": ("tanh", {})}
+
+
+def derivative(op: str, attrs: dict) -> str:
+    """The gradient expression of ``op``: x0 (the output gradient) times op'(x1)."""
+    return TABLE[op].grad(attrs)

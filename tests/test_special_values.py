@@ -1,0 +1,168 @@
+"""Special values through every float unary operator and activation, alone and as the fused
+epilogue of dense and conv2d, in every float dtype on every target: NaN in, NaN out (as NumPy
+and PyTorch), infinities and signed zeros as the function has them, subnormals and the float16
+extremes; and every other value within a few ulp of a float64 reference written here with
+the math module (independent of gpucg's NumPy target and its host erf)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import gpucg
+
+FLOATS = ("float16", "float32", "float64")
+#: relative tolerance of a value computed in the dtype (float16 computes in float32, stores
+#: rounded: its eps)
+RTOL = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-12}
+_S2 = math.sqrt(2.0)
+_U = 2 * math.sqrt(2 / math.pi)
+
+
+def _sigmoid(v):
+    if v >= 0:
+        return 1 / (1 + math.exp(-v))
+    e = math.exp(v)
+    return e / (1 + e)
+
+
+def _exp(v):
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
+
+
+def _gelu_tanh(v):
+    if v == -math.inf:
+        return -0.0
+    return v if v == math.inf else v * _sigmoid(_U * (v + 0.044715 * v ** 3))
+
+
+def _clip(v, lo, hi):
+    v = v if v > lo else lo  # as np.maximum: -0.0 against 0.0 gives 0.0
+    return v if v < hi else hi
+
+
+#: the operators' math in float64, for a non-NaN float input (every NaN gives NaN)
+REF = {
+    "exp": _exp,
+    "log": lambda v: math.nan if v < 0 else (-math.inf if v == 0 else math.log(v)),
+    "sqrt": lambda v: math.nan if v < 0 else math.sqrt(v),
+    "rsqrt": lambda v: (math.nan if v < 0 else math.copysign(math.inf, v) if v == 0
+                        else 0.0 if v == math.inf else 1 / math.sqrt(v)),
+    "abs": math.fabs,
+    "negative": lambda v: -v,
+    "sigmoid": _sigmoid,
+    "tanh": math.tanh,
+    "erf": math.erf,
+    "gelu": lambda v: -0.0 if v == -math.inf else v * 0.5 * math.erfc(-v / _S2),
+    "gelu_tanh": _gelu_tanh,
+    "relu": lambda v: v if v > 0 else 0.0,
+    "leaky_relu": lambda v: v if v > 0 else 0.01 * v,
+    "relu6": lambda v: _clip(v, 0.0, 6.0),
+}
+#: case -> (operator, attributes)
+OPS = {name: (name, {}) for name in ("exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid",
+                                      "tanh", "erf", "gelu", "relu", "leaky_relu")}
+OPS["gelu_tanh"] = ("gelu", {"approximate": "tanh"})
+OPS["relu6"] = ("clip", {"a_min": 0.0, "a_max": 6.0})
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
+
+
+def values(dtype: str) -> np.ndarray:
+    """NaN, the infinities, both zeros, subnormals, float16's extremes (largest, smallest
+    normal, smallest subnormal), ordinary values; as ``dtype``."""
+    fi = np.finfo(dtype)
+    sub = [float(fi.smallest_subnormal), float(fi.smallest_normal) / 3]
+    edge = [65504.0, 6.1e-5, 6e-8]
+    plain = [0.5, 1.0, 3.0, 10.0]
+    vs = [math.nan, math.inf, -math.inf, -0.0, 0.0] + [s * v for v in sub + edge + plain
+                                                        for s in (1, -1)]
+    return np.array(vs, np.float64).astype(dtype)
+
+
+def check(got: np.ndarray, x: np.ndarray, case: str, dtype: str, where: str):
+    """got (an array of dtype) against the float64 reference of ``case`` at x."""
+    assert got.dtype == np.dtype(dtype), where
+    tiny = float(np.finfo(dtype).smallest_subnormal)
+    for v, g in zip(x.astype(np.float64).tolist(), got.astype(np.float64).tolist()):
+        want = math.nan if math.isnan(v) else REF[case](v)
+        with np.errstate(over="ignore"):
+            rounded = float(np.array(want).astype(dtype))
+        at = f"{where}: {case}({v!r}) is {g!r}, want {want!r}"
+        if math.isnan(want) or math.isnan(g):
+            assert math.isnan(want) and math.isnan(g), at
+        elif math.isinf(rounded):
+            assert g == rounded, at
+        elif want == 0 and not 0 < abs(v) < float(np.finfo(dtype).smallest_normal):
+            assert g == 0 and math.copysign(1, g) == math.copysign(1, want), at
+        else:
+            assert abs(g - want) <= RTOL[dtype] * abs(want) + 4 * tiny, at
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", list(OPS))
+def test_operator(target, case, dtype):
+    op, attrs = OPS[case]
+    x = values(dtype)
+    got = getattr(gpucg.ops, op)(x, target=target, **attrs)
+    check(np.asarray(got), x, case, dtype, f"{op} on {target}")
+
+
+def _epilogue_inputs(dtype: str):
+    """z = alpha * acc + bias with alpha -1, zero data (acc = +0.0, so -acc = -0.0) and the
+    values as the bias: z is each value exactly, both zeros included; a second row of NaN
+    data makes every z of it NaN through the accumulator."""
+    v = values(dtype)
+    return v, np.array([0.0, math.nan], dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_dense_epilogue(target, activation, dtype):
+    v, col = _epilogue_inputs(dtype)
+    x, w = col.reshape(2, 1), np.zeros((v.size, 1), dtype)
+    got = gpucg.ops.dense(x, w, v, activation=activation, alpha=-1.0, target=target)
+    check(got[0], v, activation, dtype, f"dense epilogue on {target}")
+    assert np.isnan(got[1]).all(), f"dense: NaN data must give NaN on {target}: {got[1]}"
+
+
+@pytest.mark.parametrize("dtype", ("float16", "float32"))
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_conv2d_epilogue(target, activation, dtype):
+    v, col = _epilogue_inputs(dtype)
+    x, w = col.reshape(2, 1, 1, 1), np.zeros((v.size, 1, 1, 1), dtype)
+    got = gpucg.ops.conv2d(x, w, bias=v, activation=activation, alpha=-1.0, target=target)
+    check(got[0, :, 0, 0], v, activation, dtype, f"conv2d epilogue on {target}")
+    assert np.isnan(got[1]).all(), f"conv2d: NaN data must give NaN on {target}: {got[1]}"
+
+
+def test_host_erf_is_float64_accurate():
+    """The NumPy target's erf (and the erfc under gelu) to ~1e-15 relative against the math
+    module, the tails included."""
+    x = np.concatenate([np.linspace(-26, 26, 20001), [0.46875, 4.0, 1e-300, -1e-300]])
+    got = gpucg.ops.erf(x, target="numpy")
+    want = np.array([math.erf(v) for v in x])
+    np.testing.assert_allclose(got, want, rtol=2e-15, atol=0)
+    # gelu: x / sqrt 2 rounded is amplified 2 x^2 times in the tail: |x| <= 6 for 1e-14
+    x = np.linspace(-6, 6, 2001)
+    want = np.array([v * 0.5 * math.erfc(-v / _S2) for v in x])
+    np.testing.assert_allclose(gpucg.ops.gelu(x, target="numpy"), want, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cuda_spellings_render(dtype):
+    """Every operator and epilogue rendered for CUDA too (the session's NVRTC check compiles
+    them: a misspelled CUDA math function fails the run)."""
+    t = gpucg.tensor
+    for op, attrs in OPS.values():
+        assert gpucg.compile(op, t((7,), dtype), target="cuda", **attrs).sources
+    for activation in ACTIVATIONS:
+        f = gpucg.compile("dense", t((2, 1), dtype), t((5, 1), dtype), t((5,), dtype),
+                          target="cuda", activation=activation, alpha=-1.0)
+        assert any("val" in s for s in f.sources.values())
+        if dtype != "float64":
+            f = gpucg.compile("conv2d", t((2, 1, 1, 1), dtype), t((5, 1, 1, 1), dtype),
+                              t((5,), dtype), target="cuda", activation=activation)
+            assert any("val" in s for s in f.sources.values())
