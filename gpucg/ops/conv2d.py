@@ -333,7 +333,7 @@ register_op("conv2d", attrs=Conv2dAttrs, num_inputs=4, optional_inputs=2,
             static_axes=_static_axes, cases=_cases,
             doc="2-D convolution with groups, dilation, and a fused epilogue (bias, activation, "
                 "residual).",
-            kernel_info=KernelInfo(storage_dtypes=("float16",)),
+            kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
             example=lambda: ((TensorType((var("n"), 64, var("h"), var("w")), "float32"),
                               TensorType((64, 64, 3, 3), "float32")), {"padding": 1}))
 

@@ -240,7 +240,7 @@ for _op, _attrs in (("dense", DenseAttrs), ("matmul", MatmulAttrs),
         constraints=(lambda op: lambda inputs, attrs: _check(op, inputs, attrs)[2])(_op),
         pattern=OpPattern.OPAQUE, reference=reference(_op),
         input_names=_NAMES[_op] + (("bias", "residual") if _op == "dense" else ()),
-        kernel_info=KernelInfo(storage_dtypes=("float16",)), cases=_cases(_op), doc=_DOCS[_op],
+        kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")), cases=_cases(_op), doc=_DOCS[_op],
         example=(lambda op: lambda: ((TensorType((var("m"), 4096), "float32"),
                                       TensorType((4096, 4096), "float32")), {})
                  if op != "batch_matmul" else

@@ -1,0 +1,76 @@
+"""The 16-bit float storage formats: float16 and bfloat16.
+
+Kernels never compute in 16 bits: they load a 16-bit float as a float, compute in float32 and
+round to nearest even when they store (gpucg/codegen/dialect.py spells the conversions). The
+host keeps the same rule: NumPy references widen to float32 and round the result once.
+
+NumPy has float16; bfloat16 comes from ``ml_dtypes`` (the library JAX and TensorFlow use for
+it), an optional dependency: ``pip install 'gpucg[bfloat16]'``. ``import gpucg`` works without
+it; naming bfloat16 without it is a DTypeError saying what to install.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import DTypeError
+
+#: the 16-bit float storage formats, each loaded as float and stored rounded to nearest even
+HALF_DTYPES = ("float16", "bfloat16")
+
+#: bfloat16's machine epsilon (8 significand bits)
+BF16_EPS = 2.0 ** -8
+
+
+def ml_dtypes():
+    """The ml_dtypes module, or a DTypeError saying how to install it."""
+    try:
+        import ml_dtypes as module
+    except ImportError as exc:
+        raise DTypeError(f"dtype 'bfloat16' needs the ml_dtypes package ({exc}); "
+                         "pip install 'gpucg[bfloat16]'") from None
+    return module
+
+
+def half_format(dtype) -> str | bool:
+    """The storage format of ``dtype`` ("float16" or "bfloat16"), or False for other dtypes.
+
+    Templates take it as their ``half`` parameter: falsy for a plain buffer."""
+    name = dtype if isinstance(dtype, str) else getattr(np.dtype(dtype), "name", "")
+    return name if name in HALF_DTYPES else False
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a whitelisted dtype name (bfloat16: ml_dtypes')."""
+    if name == "bfloat16":
+        return np.dtype(ml_dtypes().bfloat16)
+    return np.dtype(name)
+
+
+def is_bfloat16(dtype) -> bool:
+    """True for ml_dtypes' bfloat16 (a NumPy dtype, a type or the name)."""
+    if isinstance(dtype, str):
+        return dtype == "bfloat16"
+    try:
+        return np.dtype(dtype).name == "bfloat16"
+    except TypeError:
+        return False
+
+
+def widen(array):
+    """A bfloat16 array as float32 (exact); anything else unchanged. NumPy's own ufuncs on
+    ml_dtypes arrays round every step to bfloat16; references widen first, as kernels do."""
+    if isinstance(array, np.ndarray) and array.dtype.name == "bfloat16":
+        return array.astype(np.float32)
+    return array
+
+
+def compute_dtype(name: str) -> str:
+    """The dtype a value of ``name`` is computed in: float32 for the 16-bit formats."""
+    return "float32" if name in HALF_DTYPES else name
+
+
+def is_float(dtype) -> bool:
+    """True for floating dtypes, bfloat16 included (NumPy's kind of bfloat16 is 'V')."""
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return name.startswith("float") or name == "bfloat16"
