@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
@@ -37,7 +38,7 @@ WINOGRAD_4X4_MIN_OUT = 14
 # -- the NumPy target -------------------------------------------------------------------------
 
 def acc_dtype(dtype) -> np.dtype:
-    """float32 sums for float16 and float32 data, float64 for float64."""
+    """float32 sums for float16, bfloat16 and float32 data, float64 for float64."""
     return np.dtype(np.float32) if np.dtype(dtype).itemsize <= 4 else np.dtype(dtype)
 
 
@@ -206,7 +207,7 @@ DEPTHWISE = kernel_impl("depthwise", _depthwise_run, depthwise=Kernel(
 def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inputs: int) -> dict:
     """Template parameters every conv2d kernel of a call shares (``inputs``: how many the call
     has: the bias is the third, the residual the fourth)."""
-    return dict(half=data_dtype == "float16", out_half=out_dtype == "float16", acc_t="float",
+    return dict(half=half_format(data_dtype), out_half=half_format(out_dtype), acc_t="float",
                 **PLAIN,
                 **_epilogue.template_params(attrs, inputs >= 3, inputs >= 4),
                 nchw=attrs.data_layout == "NCHW",

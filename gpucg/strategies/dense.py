@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
@@ -153,7 +154,7 @@ def params(op, attrs, inputs, outputs) -> dict:
     ep = _epilogue.template_params(attrs, len(inputs) >= 3, len(inputs) >= 4) if op == "dense" \
         else dict(has_bias=False, has_residual=False, activation="none", ep_alpha=1.0,
                   ep_beta=1.0, residual_before=False)
-    return dict(half=dtype == "float16", out_half=out == "float16", f64=dtype == "float64",
+    return dict(half=half_format(dtype), out_half=half_format(out), f64=dtype == "float64",
                 out_f64=out == "float64", acc_t="double" if wide else "float",
                 acc_dtype="float64" if wide else "float32", a_k_major=p.a_k_major,
                 b_k_major=p.b_k_major, R=len(merge_batch(p)), wg=256, **ep)
