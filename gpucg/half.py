@@ -18,10 +18,6 @@ from .errors import DTypeError
 #: the 16-bit float storage formats, each loaded as float and stored rounded to nearest even
 HALF_DTYPES = ("float16", "bfloat16")
 
-#: bfloat16's machine epsilon (8 significand bits)
-BF16_EPS = 2.0 ** -8
-
-
 def ml_dtypes():
     """The ml_dtypes module, or a DTypeError saying how to install it."""
     try:
@@ -36,25 +32,20 @@ def half_format(dtype) -> str | bool:
     """The storage format of ``dtype`` ("float16" or "bfloat16"), or False for other dtypes.
 
     Templates take it as their ``half`` parameter: falsy for a plain buffer."""
-    name = dtype if isinstance(dtype, str) else getattr(np.dtype(dtype), "name", "")
+    name = dtype if isinstance(dtype, str) else _name(dtype)
     return name if name in HALF_DTYPES else False
 
 
-def numpy_dtype(name: str) -> np.dtype:
-    """The NumPy dtype of a whitelisted dtype name (bfloat16: ml_dtypes')."""
-    if name == "bfloat16":
-        return np.dtype(ml_dtypes().bfloat16)
-    return np.dtype(name)
+def _name(dtype) -> str:
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return ""
 
 
 def is_bfloat16(dtype) -> bool:
     """True for ml_dtypes' bfloat16 (a NumPy dtype, a type or the name)."""
-    if isinstance(dtype, str):
-        return dtype == "bfloat16"
-    try:
-        return np.dtype(dtype).name == "bfloat16"
-    except TypeError:
-        return False
+    return (dtype if isinstance(dtype, str) else _name(dtype)) == "bfloat16"
 
 
 def widen(array):
@@ -72,5 +63,5 @@ def compute_dtype(name: str) -> str:
 
 def is_float(dtype) -> bool:
     """True for floating dtypes, bfloat16 included (NumPy's kind of bfloat16 is 'V')."""
-    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    name = dtype if isinstance(dtype, str) else _name(dtype)
     return name.startswith("float") or name == "bfloat16"

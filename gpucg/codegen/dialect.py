@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import DTypeError
+from ..half import HALF_DTYPES
 
 _AXES = "xyz"
 
@@ -117,7 +118,7 @@ class Dialect:
         """"float16", "bfloat16", or "" for a buffer that is not 16-bit float storage."""
         if half is True:
             return "float16"
-        return half if half in ("float16", "bfloat16") else ""
+        return half if half in HALF_DTYPES else ""
 
     def storage(self, half) -> str:
         """The element type of a float buffer: float, or a 16-bit format kept only in memory."""
