@@ -5,6 +5,10 @@ A framework's array comes in without a copy where the device allows: a CPU tenso
 NumPy view (np.from_dlpack), a CUDA tensor a CuPy view; the results go back to the same
 framework through its ``from_dlpack`` (torch.from_dlpack, or the array API namespace's), so a
 torch tensor in gives a torch tensor out, on the device it came from.
+
+DLPack cannot carry bfloat16 into NumPy (NumPy has no such dtype): a CPU torch.bfloat16
+tensor comes in as a 16-bit integer view reinterpreted as ml_dtypes' bfloat16, and goes back
+the same way, without a copy.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InputError, describe
+from .half import is_bfloat16, ml_dtypes
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
@@ -50,6 +55,8 @@ class Framework:
         if self.name == "torch":
             import torch
 
+            if isinstance(out, np.ndarray) and is_bfloat16(out.dtype):
+                return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
             return torch.from_dlpack(out)
         ns = getattr(self.sample, "__array_namespace__", None)
         if ns is not None:
@@ -86,6 +93,8 @@ def ingest(x, name: str, op: str):
     if hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__"):
         device, _ = x.__dlpack_device__()
         device = int(device)
+        if "bfloat16" in str(getattr(x, "dtype", "")):
+            return _bfloat16_in(x, name, op, device), "numpy", framework
         if device in (_KDL_CPU, _KDL_CUDA_HOST):
             return np.from_dlpack(x), "numpy", framework
         if device in (_KDL_CUDA, _KDL_CUDA_MANAGED):
@@ -95,6 +104,19 @@ def ingest(x, name: str, op: str):
     if hasattr(x, "__cuda_array_interface__"):
         return _cupy().asarray(x), "cuda", framework
     raise InputError(f"{op}: {name}={describe(x)} must be {ALLOWED}")
+
+
+def _bfloat16_in(x, name: str, op: str, device: int):
+    """A CPU torch.bfloat16 tensor as an ml_dtypes bfloat16 NumPy view (DLPack has no way)."""
+    bf16 = ml_dtypes().bfloat16
+    if type_name(x) != "torch.Tensor" or device not in (_KDL_CPU, _KDL_CUDA_HOST):
+        raise InputError(f"{op}: {name} is a bfloat16 {type_name(x)} on DLPack device type "
+                         f"{device}; gpucg takes bfloat16 as ml_dtypes NumPy arrays, pyopencl "
+                         "arrays and CPU torch tensors (NumPy and CuPy have no bfloat16 dtype "
+                         "to receive it through DLPack)")
+    import torch
+
+    return np.from_dlpack(x.detach().view(torch.int16)).view(bf16)
 
 
 def ingest_all(arrays, names, op: str):

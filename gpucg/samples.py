@@ -10,8 +10,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .half import is_float
+
 #: float tolerance, relative to the largest finite magnitude of the reference (at least 1)
-TOLERANCE = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
+TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9}
 
 
 def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | None = None,
@@ -56,7 +58,7 @@ def mismatch(got, want, tolerance: Mapping[str, float] = TOLERANCE) -> str:
         g, w = np.asarray(g), np.asarray(w)
         if g.shape != w.shape or g.dtype != w.dtype:
             return f"output {i} is {g.shape} {g.dtype}, the reference {w.shape} {w.dtype}"
-        if w.dtype.kind != "f":
+        if not is_float(w.dtype):
             if not np.array_equal(g, w):
                 return f"output {i}: {int(np.sum(g != w))} of {w.size} elements differ"
             continue

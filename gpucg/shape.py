@@ -11,10 +11,11 @@ import numpy as np
 import sympy
 
 from .errors import DTypeError, InputError, describe
+from .half import ml_dtypes
 
 #: Every dtype gpucg knows. Operators may accept a subset.
 DTYPES: tuple[str, ...] = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                           "uint64", "float16", "float32", "float64")
+                           "uint64", "float16", "float32", "float64", "bfloat16")
 
 INT_MAX = 2**31 - 1
 
@@ -22,8 +23,12 @@ INT_MAX = 2**31 - 1
 def dtype_name(value, arg: str = "dtype", allowed: Iterable[str] = DTYPES) -> str:
     """Normalize a dtype (name, numpy dtype or type) to its whitelisted name."""
     allowed = tuple(allowed)
+    if isinstance(value, str) and value == "bfloat16":
+        if "bfloat16" not in allowed:
+            raise DTypeError(f"{arg}='bfloat16' is not supported; allowed: {', '.join(allowed)}")
+        ml_dtypes()  # registers the name with NumPy, or says what to install
     try:
-        name = np.dtype(value).name if not isinstance(value, str) else np.dtype(value).name
+        name = np.dtype(value).name
     except TypeError:
         raise DTypeError(
             f"{arg}={describe(value)} is not a dtype; allowed: {', '.join(allowed)}"

@@ -14,6 +14,9 @@ import gpucg
 
 rng = np.random.default_rng(3)
 DTYPES = list(gpucg.DTYPES)
+#: the dtypes NumPy's own ufuncs compute as the kernels do (ml_dtypes' bfloat16 ufuncs round
+#: every step, the kernels keep float32 between operators: tests/test_bfloat16.py covers it)
+NUMPY_DTYPES = [d for d in DTYPES if d != "bfloat16"]
 UNARY = ["exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid", "tanh", "erf", "gelu",
          "relu", "leaky_relu", "clip"]
 BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "equal",
@@ -101,7 +104,7 @@ def test_binary_broadcast_and_promotion(target, op, pair):
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("op", UNARY + BINARY)
 def test_every_dtype_combination(target, op):
-    combos = itertools.product(DTYPES, repeat=1 if op in UNARY else 2)
+    combos = itertools.product(NUMPY_DTYPES, repeat=1 if op in UNARY else 2)
     for dtypes in combos:
         run_case(target, op, dtypes, [(3, 1, 5), (4, 1)][:len(dtypes)])
 
@@ -188,7 +191,7 @@ def test_fused_expressions(target):
 @given(sa=st.lists(st.integers(1, 4), max_size=4), sb=st.lists(st.integers(1, 4), max_size=4),
        ops=st.lists(st.sampled_from(["add", "multiply", "maximum", "subtract"]), min_size=1,
                     max_size=3),
-       dtypes=st.tuples(st.sampled_from(DTYPES[1:]), st.sampled_from(DTYPES[1:])),
+       dtypes=st.tuples(st.sampled_from(NUMPY_DTYPES[1:]), st.sampled_from(NUMPY_DTYPES[1:])),
        index=st.sampled_from(["int32", "int64"]))
 def test_hypothesis_broadcast_chains(sa, sb, ops, dtypes, index):
     """Random shapes that broadcast (sizes of 1 sprinkled in) and random chains."""

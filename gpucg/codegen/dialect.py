@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import DTypeError
+from ..half import HALF_DTYPES
 
 _AXES = "xyz"
 
@@ -52,6 +53,13 @@ class Dialect:
     half_store: str = ""
     half_load_fn: str = ""
     half_store_fn: str = ""
+    #: the same for bfloat16 (float32's upper 16 bits): loaded by a shift into the high half of
+    #: a float's bits, stored rounded to nearest even with NaN kept a (quiet) NaN
+    bf16_storage: str = "ushort"
+    bf16_load: str = ""
+    bf16_store: str = ""
+    bf16_load_fn: str = ""
+    bf16_store_fn: str = ""
     #: a work-group barrier that also orders global memory: work-items that read a global
     #: value another work-item of the group then writes need it (OpenCL's local-memory
     #: barrier orders local memory only; CUDA's __syncthreads orders both)
@@ -101,27 +109,51 @@ class Dialect:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
         return f"{self.atomic_add_fn}({ptr}, {value})"
 
-    def storage(self, half: bool) -> str:
-        """The element type of a float buffer: float, or 16-bit half kept only in memory."""
-        return self.half_storage if half else "float"
+    # A 16-bit float buffer is named by its storage format, ``half``: "float16", "bfloat16",
+    # True (float16, as templates wrote it before bfloat16), or anything falsy (or another
+    # dtype name) for a plain buffer of float.
 
-    def load(self, ptr: str, index: str, half: bool) -> str:
-        """``ptr[index]`` as a float; half buffers are converted (no half arithmetic needed)."""
-        if not half:
+    @staticmethod
+    def half_format(half) -> str:
+        """"float16", "bfloat16", or "" for a buffer that is not 16-bit float storage."""
+        if half is True:
+            return "float16"
+        return half if half in HALF_DTYPES else ""
+
+    def storage(self, half) -> str:
+        """The element type of a float buffer: float, or a 16-bit format kept only in memory."""
+        fmt = self.half_format(half)
+        return {"float16": self.half_storage, "bfloat16": self.bf16_storage}.get(fmt, "float")
+
+    def load(self, ptr: str, index: str, half) -> str:
+        """``ptr[index]`` as a float; 16-bit buffers are converted (no half arithmetic needed)."""
+        fmt = self.half_format(half)
+        if not fmt:
             return f"{ptr}[{index}]"
-        return self.half_load.format(ptr=ptr, index=index)
+        spelling = self.half_load if fmt == "float16" else self.bf16_load
+        return spelling.format(ptr=ptr, index=index)
 
-    def store(self, ptr: str, index: str, value: str, half: bool) -> str:
-        """A statement storing the float ``value`` at ``ptr[index]`` (rounded to nearest for half)."""
-        if not half:
+    def store(self, ptr: str, index: str, value: str, half) -> str:
+        """A statement storing the float ``value`` at ``ptr[index]`` (16-bit formats rounded to
+        nearest even)."""
+        fmt = self.half_format(half)
+        if not fmt:
             return f"{ptr}[{index}] = {value};"
-        return self.half_store.format(ptr=ptr, index=index, value=value)
+        spelling = self.half_store if fmt == "float16" else self.bf16_store
+        return spelling.format(ptr=ptr, index=index, value=value)
 
-    def half_helpers(self, load: bool, store: bool) -> str:
-        """The helper functions a kernel that loads (``load``) or stores (``store``) float16
-        needs, and only those."""
-        return "\n".join(fn for fn, used in ((self.half_load_fn, load), (self.half_store_fn, store))
-                         if used and fn)
+    def _formats(self, used) -> set:
+        items = used if isinstance(used, (list, tuple, set, frozenset)) else (used,)
+        return {f for f in map(self.half_format, items) if f}
+
+    def half_helpers(self, load, store) -> str:
+        """The helper functions a kernel that loads (``load``) or stores (``store``) 16-bit
+        floats needs, and only those. Each argument is a format (see :meth:`storage`), a bool
+        (float16), or a list of them."""
+        loads, stores = self._formats(load), self._formats(store)
+        fns = ((self.half_load_fn, "float16" in loads), (self.half_store_fn, "float16" in stores),
+               (self.bf16_load_fn, "bfloat16" in loads), (self.bf16_store_fn, "bfloat16" in stores))
+        return "\n".join(fn for fn, used in fns if used and fn)
 
     @property
     def half_preamble(self) -> str:
@@ -160,7 +192,8 @@ CUDA = Dialect(
     atomic_add_fn="atomicAdd",
     types={"bool": "unsigned char", **_INT_TYPES_CUDA,
            "float16": "__half", "float32": "float", "float64": "double"},
-    type_preambles={"float16": "#include <cuda_fp16.h>"},
+    # 16-bit floats are storage only (see half_storage): no kernel includes cuda_fp16.h
+    type_preambles={},
     source_ext=".cu",
     utypes={8: "unsigned char", 16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"},
     device_fn="__device__ __forceinline__",
@@ -180,6 +213,16 @@ CUDA = Dialect(
         "    unsigned short h;\n"
         "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
         "    return h;\n}\n"),
+    bf16_storage="unsigned short",
+    bf16_load="__uint_as_float((unsigned int){ptr}[{index}] << 16)",
+    bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
+    bf16_store_fn=(
+        "/* float to bfloat16 bits, rounded to nearest even (NaN stays NaN): one PTX cvt\n"
+        "   (sm_80 and later) */\n"
+        "__device__ __forceinline__ unsigned short gpucg_f2bf(float f)\n{\n"
+        "    unsigned short h;\n"
+        "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
+        "    return h;\n}\n"),
     barrier_global="__syncthreads();",
 )
 
@@ -197,14 +240,24 @@ OPENCL = Dialect(
     atomic_add_fn="atomic_add",
     types={"bool": "uchar", **_INT_TYPES_OPENCL,
            "float16": "half", "float32": "float", "float64": "double"},
-    type_preambles={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
-                    "float16": "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"},
+    # 16-bit floats are storage only: vload_half/vstore_half need no cl_khr_fp16
+    type_preambles={"float64": "#pragma OPENCL EXTENSION cl_khr_fp64 : enable"},
     source_ext=".cl",
     utypes={8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"},
     device_fn="static inline",
     u64_suffix="UL",
     half_load="vload_half({index}, {ptr})",
     half_store="vstore_half_rte({value}, {index}, {ptr});",
+    bf16_storage="ushort",
+    bf16_load="as_float((uint){ptr}[{index}] << 16)",
+    bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
+    bf16_store_fn=(
+        "/* float to bfloat16 bits, rounded to nearest even; a NaN becomes the quiet NaN of its\n"
+        "   sign (adding the rounding bias could carry it into infinity) */\n"
+        "static inline ushort gpucg_f2bf(float f)\n{\n"
+        "    const uint u = as_uint(f);\n"
+        "    if ((u & 0x7FFFFFFFU) > 0x7F800000U) return (ushort)(((u >> 16) & 0x8000U) | 0x7FC0U);\n"
+        "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n"),
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
 )
 

@@ -27,7 +27,8 @@ class FloatKind:
 
 
 #: every float dtype gpucg computes with
-FLOATS = {"float16": FloatKind("float32", "f"), "float32": FloatKind("float32", "f"),
+FLOATS = {"float16": FloatKind("float32", "f"), "bfloat16": FloatKind("float32", "f"),
+          "float32": FloatKind("float32", "f"),
           "float64": FloatKind("float64", "")}
 _INT_MAX = {"bool": "1", "int8": "127", "int16": "32767", "int32": "2147483647",
             "uint8": "255", "uint16": "65535", "uint32": "0xFFFFFFFFu"}
@@ -104,4 +105,6 @@ def max_finite(dtype: str) -> float:
 def lowest_value(dtype) -> float:
     """The NumPy value ``lowest_of`` spells: -inf, or the integer type's minimum."""
     dtype = np.dtype(dtype)
-    return -np.inf if dtype.kind == "f" else int(np.iinfo(dtype).min) if dtype.kind in "iu" else 0
+    if dtype.name in FLOATS:  # ml_dtypes' bfloat16 is of NumPy kind 'V'
+        return -np.inf
+    return int(np.iinfo(dtype).min) if dtype.kind in "iu" else 0

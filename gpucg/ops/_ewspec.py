@@ -4,8 +4,10 @@ NumPy evaluation and their C.
 Types follow NumPy exactly: an operator with a NumPy ufunc asks it (``ufunc.resolve_dtypes``)
 which loop runs for the operand dtypes, Python scalars weak as in NumPy 2; the others borrow
 a ufunc's rules (sigmoid and gelu compute as exp does) or keep the dtype (relu, clip). The
-kernel casts each operand to its loop dtype, computes there (float16 in float32: it is only
-stored), and casts the result to the output dtype.
+kernel casts each operand to its loop dtype, computes there (float16 and bfloat16 in float32:
+they are only stored), and casts the result to the output dtype. bfloat16 (ml_dtypes) promotes
+as float16 does in NumPy 2 (a Python float stays weak; with int8 it stays bfloat16); bfloat16
+with float16 gives float32.
 """
 
 from __future__ import annotations
@@ -92,6 +94,15 @@ def resolve(op: str, types: tuple, attrs: dict) -> tuple[tuple, str]:
     """(loop dtype names, output dtype name) of ``op`` on operand types (dtype names, or
     Python's int/float for weak scalars), as NumPy decides them; DTypeError where NumPy has
     no loop or gpucg no dtype."""
+    if "bfloat16" in types:
+        # ml_dtypes' own loops widen bfloat16 with a Python float to float32: promote it as
+        # NumPy promotes float16 instead, and name the 16-bit result bfloat16 again
+        if "float16" in types:
+            types = tuple("float32" if t in ("float16", "bfloat16") else t for t in types)
+            return resolve(op, types, attrs)
+        loop, out = resolve(op, tuple("float16" if t == "bfloat16" else t for t in types), attrs)
+        bf = lambda t: "bfloat16" if t == "float16" else t  # noqa: E731
+        return tuple(bf(t) for t in loop), bf(out)
     shown = ", ".join(t.__name__ if t in (int, float) else t for t in types)
     try:
         if op in _UFUNC:
@@ -140,6 +151,8 @@ def _int_power(a, b):
 
 def evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
     """``op`` on NumPy arrays (or Python scalars), in the loop dtypes, as the output dtype."""
+    if "bfloat16" in loop:  # ml_dtypes rounds every step: compute in float32 as kernels do
+        loop = tuple("float32" if t == "bfloat16" else t for t in loop)
     with np.errstate(all="ignore"):
         return _evaluate(op, [np.asarray(a, lt) for a, lt in zip(args, loop)], loop, out, attrs)
 

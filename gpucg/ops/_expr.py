@@ -173,14 +173,16 @@ def typecheck(e: Expr, dtypes: tuple) -> Typed:
     return Typed(e, out, loop, args)
 
 
-def evaluate(t: Typed, arrays):
-    """The tree on NumPy arrays, each node as NumPy computes it."""
+def evaluate(t: Typed, arrays, root: bool = True):
+    """The tree on NumPy arrays, each node as NumPy computes it; a bfloat16 value between two
+    nodes stays float32, as in the kernel (NumPy has no bfloat16 rounding of its own to copy)."""
     if t.expr.op == "input":
         return arrays[t.expr.args[0]]
     if t.expr.op == "const":
         return t.expr.args[0]
-    args = [evaluate(a, arrays) for a in t.args]
-    return spec.evaluate(t.expr.op, args, t.loop, t.out, dict(t.expr.attrs))
+    args = [evaluate(a, arrays, False) for a in t.args]
+    out = "float32" if t.out == "bfloat16" and not root else t.out
+    return spec.evaluate(t.expr.op, args, t.loop, out, dict(t.expr.attrs))
 
 
 def to_c(t: Typed, d, inputs: tuple = (), temp: str = "t") -> tuple[list, str, dict]:

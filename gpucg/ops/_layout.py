@@ -12,6 +12,7 @@ import numpy as np
 import sympy
 
 from ..errors import AttrError, InputError, describe, require_int
+from ..half import half_format
 from ..op import Constraint
 from ..shape import TensorType, normalize_axis, product, simplify_dim
 
@@ -175,5 +176,5 @@ def sum_to_reference(x, shape):
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
                                       if d == 1 and x.shape[lead + i] != 1)
-    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    acc = np.float32 if half_format(x.dtype) else x.dtype
     return np.sum(x, axis=axes, dtype=acc).reshape(shape).astype(x.dtype)

@@ -5,7 +5,7 @@ Layouts: data NCHW or NHWC, weights OIHW or HWIO (any pairing); groups split the
 "VALID". The epilogue (alpha, the bias of shape (O,), the activation, a residual of the
 output's shape scaled by beta; gpucg/ops/_epilogue.py) is applied in the kernel that computes
 the convolution.
-float16 data is stored as float16 and accumulated in float32.
+float16 and bfloat16 data are stored in 16 bits and accumulated in float32.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from . import _epilogue
 from ._epilogue import ACTIVATIONS  # noqa: F401 (conv2d_winograd's attributes check it)
 from ._window import choice, is_same, normalize_padding, out_size, pair, same_pads
 
-DTYPES = ("float16", "float32")
+DTYPES = ("float16", "float32", "bfloat16")
 DATA_LAYOUTS = ("NCHW", "NHWC")
 KERNEL_LAYOUTS = ("OIHW", "HWIO")
 
@@ -333,7 +333,7 @@ register_op("conv2d", attrs=Conv2dAttrs, num_inputs=4, optional_inputs=2,
             static_axes=_static_axes, cases=_cases,
             doc="2-D convolution with groups, dilation, and a fused epilogue (bias, activation, "
                 "residual).",
-            kernel_info=KernelInfo(storage_dtypes=("float16",)),
+            kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
             example=lambda: ((TensorType((var("n"), 64, var("h"), var("w")), "float32"),
                               TensorType((64, 64, 3, 3), "float32")), {"padding": 1}))
 
@@ -344,13 +344,13 @@ def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups
     """2-D convolution (cross-correlation, as in deep learning frameworks).
 
     Args:
-        data: (N, C, H, W) for NCHW or (N, H, W, C) for NHWC; float32 or float16.
+        data: (N, C, H, W) for NCHW or (N, H, W, C) for NHWC; float32, float16 or bfloat16.
         weight: (O, C // groups, KH, KW) for OIHW or (KH, KW, C // groups, O) for HWIO.
         strides, dilation: an int or (h, w).
         padding: an int, (pad_h, pad_w), (top, left, bottom, right), "SAME" (an odd total
             padding puts the extra after), "SAME_LOWER" (before, as ONNX) or "VALID".
         groups: channel groups (groups == C: depthwise).
-        out_dtype: the output dtype (default: the data's); float16 accumulates in float32.
+        out_dtype: the output dtype (default: the data's); float16 and bfloat16 accumulate in float32.
         bias: None or shape (O,), added in the same kernel; activation: None, "relu", "gelu",
             "gelu_tanh", "sigmoid" or "tanh".
         residual: None or an array of the output's shape and dtype, times beta, added after

@@ -199,7 +199,7 @@ register_op(OP, attrs=WinogradAttrs, num_inputs=3, optional_inputs=1, type_rel=_
                 Case((TensorType((1, 3, 9, 7), "float32"), TensorType((4, 4, 5, 3), "float32"),
                       TensorType((5,), "float32")), {"padding": 1, "tile_size": 2}, "small")],
             doc="3x3 stride-1 conv2d on weights from winograd_weight_transform.",
-            kernel_info=KernelInfo(storage_dtypes=("float16",)),
+            kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
             example=lambda: ((TensorType((var("n"), 64, 56, 56), "float32"),
                               TensorType((6, 6, 64, 64), "float32")), {"padding": 1}))
 

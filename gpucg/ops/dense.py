@@ -3,7 +3,7 @@ batch_matmul (optionally transposed operands), all on one set of GEMM kernels.
 
 Every call is one problem: C[b] (m x n) = A[b] (m x k) * B[b] (k x n) over the (broadcast)
 batch dimensions b, where each operand lies in memory along k or along its own axis
-(:func:`problem`). float16 is stored as float16 and summed in float32; float64 sums in float64.
+(:func:`problem`). float16 and bfloat16 are stored in 16 bits and summed in float32; float64 sums in float64.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..shape import TensorType, broadcast_shapes, dtype_name, product, var
 from . import _epilogue
 from ._grads import dense_gradient, matmul_gradient
 
-DTYPES = ("float16", "float32", "float64")
+DTYPES = ("float16", "float32", "float64", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class DenseAttrs:
 
     Attributes:
         activation: None, "relu", "gelu" (erf), "gelu_tanh", "sigmoid" or "tanh".
-        out_dtype: the output dtype (None: the data's); float16, float32 or float64.
+        out_dtype: the output dtype (None: the data's); float16, bfloat16, float32 or float64.
         alpha: scales the product; beta: scales the residual.
         residual_position: the residual is added "after" the activation or "before" it.
     """
@@ -240,7 +240,7 @@ for _op, _attrs in (("dense", DenseAttrs), ("matmul", MatmulAttrs),
         constraints=(lambda op: lambda inputs, attrs: _check(op, inputs, attrs)[2])(_op),
         pattern=OpPattern.OPAQUE, reference=reference(_op),
         input_names=_NAMES[_op] + (("bias", "residual") if _op == "dense" else ()),
-        kernel_info=KernelInfo(storage_dtypes=("float16",)), cases=_cases(_op), doc=_DOCS[_op],
+        kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")), cases=_cases(_op), doc=_DOCS[_op],
         example=(lambda op: lambda: ((TensorType((var("m"), 4096), "float32"),
                                       TensorType((4096, 4096), "float32")), {})
                  if op != "batch_matmul" else
@@ -253,10 +253,10 @@ def dense(data, weight, bias=None, activation=None, out_dtype=None, *, residual=
     """``alpha * data @ weight.T + bias``, activated, plus ``beta * residual`` (TVM's dense).
 
     Args:
-        data: (m, k); weight: (n, k); float16, float32 or float64, the same dtype.
+        data: (m, k); weight: (n, k); float16, bfloat16, float32 or float64, the same dtype.
         bias: None or (n,), the data's dtype.
         activation: None, "relu", "gelu" (erf form), "gelu_tanh", "sigmoid" or "tanh".
-        out_dtype: the output dtype (default: the data's); float16 sums in float32.
+        out_dtype: the output dtype (default: the data's); float16 and bfloat16 sum in float32.
         residual: None or (m, n) of the output dtype, times beta, added after the activation
             (residual_position "after") or before it ("before"). Without a bias, a zero bias
             is passed.

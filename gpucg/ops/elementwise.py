@@ -23,7 +23,7 @@ from . import _ewspec as spec, _layout as layout, _unary
 from ._expr import MAX_INPUTS, Expr, inputs_of, node, parse, placeholders, typecheck
 from ._expr import evaluate as _evaluate
 
-_HALF = KernelInfo(storage_dtypes=("float16",))  # float16 is only loaded and stored
+_HALF = KernelInfo(storage_dtypes=("float16", "bfloat16"))  # only loaded and stored
 
 
 def _attrs_of(op: str):

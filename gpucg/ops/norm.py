@@ -4,7 +4,7 @@ All are numerically stable: softmax subtracts the row's maximum (or keeps an onl
 sum), and the norms scale the squares by the row's largest magnitude, so inputs of 1e30 in
 float32 neither overflow nor turn into NaN. Results equal a float64 NumPy evaluation of the
 textbook formulas, NaN where that gives NaN (a row of -inf, or one holding +inf or NaN, is NaN
-in softmax as in NumPy). float16 is stored as float16 and computed in float32.
+in softmax as in NumPy). float16 and bfloat16 are stored in 16 bits and computed in float32.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..errors import AttrError, DTypeError, InputError, describe, require_int
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, normalize_axis, var
 
-DTYPES = ("float16", "float32", "float64")
+DTYPES = ("float16", "float32", "float64", "bfloat16")
 SOFTMAX_OPS = ("softmax", "log_softmax")
 
 
@@ -157,8 +157,8 @@ for _op, _attrs, _params, _doc in (
                 constraints=_constraints(_op, _params),
                 pattern=OpPattern.OPAQUE, reference=reference(_op),
                 input_names=("x",) + _params, cases=_cases(_op, _params), doc=_doc,
-                # float16 is loaded and stored only; the kernels compute in float32
-                kernel_info=KernelInfo(storage_dtypes=("float16",)),
+                # float16 and bfloat16 are loaded and stored only; the kernels compute in float32
+                kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
                 # the kernels are specialized on nothing: every size may be symbolic
                 example=lambda p=_params: ((TensorType((var("m"), var("n")), "float32"),)
                                            + tuple(TensorType((var("n"),), "float32")
@@ -169,7 +169,7 @@ def softmax(x, axis=-1, *, target=None):
     """exp(x - max) / sum(exp(x - max)) along ``axis``, computed stably.
 
     Args:
-        x: a NumPy, CuPy or PyOpenCL array of float16, float32 or float64.
+        x: a NumPy, CuPy or PyOpenCL array of float16, bfloat16, float32 or float64.
         axis: the axis; negative counts from the end.
         target: "cuda", "opencl", "numpy" or None for the default target.
     """

@@ -6,7 +6,7 @@ default) or only the taps on the input; ``ceil_mode`` keeps a last, partial wind
 starts inside the input or its leading padding. ``padding`` is an int, (pad_h, pad_w),
 (top, left, bottom, right), "SAME" (an odd total padding puts the extra after), "SAME_LOWER"
 (before) or "VALID"; ``strides`` default to the kernel (PyTorch). Layouts NCHW and NHWC. Max
-pooling takes integers too; float16 is stored as float16 and computed in float32.
+pooling takes integers too; float16 and bfloat16 are stored in 16 bits and computed in float32.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from ..codegen.literals import lowest_value
 from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, require_bool
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
+from ..half import is_float
 from ..shape import TensorType
 from ._window import choice, is_same, normalize_padding, out_size, pair, same_pads
 
-FLOATS = ("float16", "float32", "float64")
+FLOATS = ("float16", "float32", "float64", "bfloat16")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 LAYOUTS = ("NCHW", "NHWC")
 
@@ -187,7 +188,7 @@ def reference(op: str):
                 inside = (hh >= 0) & (hh < h) & (ww >= 0) & (ww < w)
                 tap = xs[:, :, np.clip(hh, 0, max(h - 1, 0)), np.clip(ww, 0, max(w - 1, 0))]
                 if big:
-                    nan = np.isnan(tap) if x.dtype.kind == "f" else False
+                    nan = np.isnan(tap) if is_float(x.dtype) else False
                     better = inside & ((tap > acc) | nan)
                     acc = np.where(better, tap, acc)
                 else:
@@ -225,13 +226,13 @@ for _op, _doc in (("max_pool2d", "The maximum of each window (padding never wins
     register_op(_op, attrs=PoolAttrs, num_inputs=1, type_rel=_rel(_op),
                 pattern=OpPattern.OPAQUE, reference=reference(_op), input_names=("x",),
                 constraints=_constraints(_op), cases=_cases(_op), doc=_doc,
-                kernel_info=KernelInfo(storage_dtypes=("float16",)),
+                kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
                 example=lambda: ((TensorType((8, 64, 56, 56), "float32"),), {"kernel": 3}))
 for _op, _doc in (("global_max_pool2d", "The maximum over height and width."),
                   ("global_avg_pool2d", "The mean over height and width.")):
     register_op(_op, attrs=GlobalPoolAttrs, num_inputs=1, type_rel=_global_rel(_op),
                 pattern=OpPattern.REDUCE, reference=reference(_op), input_names=("x",),
-                cases=_cases(_op), doc=_doc, kernel_info=KernelInfo(storage_dtypes=("float16",)),
+                cases=_cases(_op), doc=_doc, kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
                 example=lambda: ((TensorType((8, 512, 7, 7), "float32"),), {}))
 
 

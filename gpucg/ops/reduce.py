@@ -6,8 +6,8 @@ sum and prod of bool and signed integers narrower than 64 bits are int64, of uns
 uint64; mean of bool and integers is float64; max/min keep the dtype; argmax/argmin give
 int64; all/any give bool. NaN wins max/min and argmax/argmin (the first NaN); ties give the
 first index. Empty reductions give NumPy's identities (sum 0, prod 1, all True, any False,
-mean NaN); max, min, argmax and argmin of an empty axis are errors, as in NumPy. float16 is
-stored as float16 and reduced in float32.
+mean NaN); max, min, argmax and argmin of an empty axis are errors, as in NumPy. float16 and
+bfloat16 are stored in 16 bits and reduced in float32.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import sympy
 from ..eager import call
 from ..errors import DTypeError, require_bool
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
+from ..codegen.literals import compute_dtype
+from ..half import is_float
 from ..shape import DTYPES, TensorType, var
 from ._axes import axis_attr, normalize_axes, reduced_count, reduced_shape
 
@@ -70,7 +72,7 @@ def out_dtype(op: str, dtype: str) -> str:
     if op in ("sum", "prod"):
         return "int64" if dtype in _SIGNED else "uint64" if dtype in _UNSIGNED else dtype
     if op == "mean":
-        return dtype if dtype.startswith("float") else "float64"
+        return dtype if is_float(dtype) else "float64"
     if op in ARG_OPS:
         return "int64"
     if op in ("all", "any"):
@@ -79,11 +81,12 @@ def out_dtype(op: str, dtype: str) -> str:
 
 
 def acc_dtype(op: str, dtype: str) -> str:
-    """The dtype the kernels accumulate in: the result's, float16 widened to float32."""
+    """The dtype the kernels accumulate in: the result's, float16 and bfloat16 widened to
+    float32."""
     if op in ("all", "any"):
         return "bool"
     acc = dtype if op in ("max", "min") + ARG_OPS else out_dtype(op, dtype)
-    return "float32" if acc == "float16" else acc
+    return compute_dtype(acc)
 
 
 def reduced_axes(op: str, x: TensorType, attrs) -> tuple[int, ...]:
@@ -165,7 +168,7 @@ for _op in OPS:
         input_names=("x",), constraints=_constraints(_op), cases=_cases(_op),
         example=lambda: ((TensorType((var("m"), var("n")), "float32"),), {"axis": -1}),
         # float16 is loaded and stored only; the kernels reduce in float32
-        kernel_info=KernelInfo(storage_dtypes=("float16",)),
+        kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
         doc=f"np.{_op} over axis (None, an int{'' if _op in ARG_OPS else ' or a tuple'}), "
             "with keepdims.")
 

@@ -15,11 +15,12 @@ import numpy as np
 from ..eager import call
 from ..errors import AttrError, DTypeError, describe, require_bool, require_int
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
+from ..half import widen
 from ..shape import TensorType, dtype_name, normalize_axis
 
 #: input dtypes topk/sort/argsort accept
 IN_DTYPES = ("float16", "float32", "float64", "int32", "int64", "int8", "int16", "uint8", "uint16",
-             "uint32", "uint64")
+             "uint32", "uint64", "bfloat16")
 INDEX_DTYPES = ("int32", "int64")
 RET_TYPES = ("both", "values", "indices")
 
@@ -139,6 +140,7 @@ def stable_order(x: np.ndarray, ascend: bool) -> np.ndarray:
     come in index order, and NaN (last when ascending) comes first.
     """
     n = x.shape[-1]
+    x = widen(x)  # bfloat16 sorts as the float32 it widens to (exactly, NaN last)
     if ascend:
         return np.argsort(x, axis=-1, kind="stable")
     return (n - 1 - np.argsort(x[..., ::-1], axis=-1, kind="stable"))[..., ::-1]
@@ -183,7 +185,7 @@ for _name, _attrs, _doc in (
     register_op(_name, attrs=_attrs, num_inputs=1, type_rel=_type_rel(_name),
                 pattern=OpPattern.OPAQUE, reference=_reference(_name), input_names=("data",),
                 doc=_doc, constraints=_constraints, cases=_cases(_name),
-                # the kernels compare and move bit patterns only: no float16/64 arithmetic
+                # the kernels compare and move bit patterns only: no float16/bfloat16/float64 arithmetic
                 kernel_info=KernelInfo(storage_dtypes=IN_DTYPES))
 
 
@@ -191,7 +193,7 @@ def topk(data, k=1, axis=-1, ret_type="both", is_ascend=False, dtype="int32", *,
     """The ``k`` largest (``is_ascend=True``: smallest) elements along ``axis``, in order.
 
     Args:
-        data: a NumPy, CuPy or PyOpenCL array (float16/32/64, signed or unsigned integers of
+        data: a NumPy, CuPy or PyOpenCL array (float16/32/64, bfloat16, signed or unsigned integers of
             8 to 64 bits).
         k: how many to keep; k < 1 keeps the whole axis.
         axis: the axis; negative counts from the end.

@@ -7,7 +7,8 @@ import threading
 import numpy as np
 
 from ..codegen import CUDA
-from ..errors import CompileError, LaunchError, TargetUnavailableError
+from ..errors import CompileError, DTypeError, LaunchError, TargetUnavailableError
+from ..half import is_bfloat16
 from .. import counters as stats
 from .base import Backend, Program
 from .cache import cache_key
@@ -31,6 +32,13 @@ class CudaProgram(Program):
             self.function((grid,), (block,), args)
         except Exception as exc:  # CuPy raises its own CUDADriverError types
             raise LaunchError(f"CUDA launch of {self.entry} failed: {exc}") from None
+
+
+def _no_bfloat16(dtype) -> None:
+    if is_bfloat16(dtype):
+        raise DTypeError("dtype bfloat16 cannot be held in a CuPy array (CuPy has no bfloat16); "
+                         "run bfloat16 on the numpy or opencl target (its CUDA kernels compile "
+                         "and are checked with NVRTC)")
 
 
 class CudaBackend(Backend):
@@ -122,10 +130,12 @@ class CudaBackend(Backend):
 
     def empty(self, shape, dtype):
         self._require()
+        _no_bfloat16(dtype)
         return self.cupy.empty(tuple(shape), dtype=np.dtype(dtype))
 
     def to_device(self, array):
         self._require()
+        _no_bfloat16(array.dtype)
         return self.cupy.asarray(np.ascontiguousarray(array))
 
     def to_host(self, array):

@@ -20,6 +20,7 @@ import numpy as np
 import sympy
 
 from ..codegen import dialect_for
+from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
@@ -38,7 +39,7 @@ WINOGRAD_4X4_MIN_OUT = 14
 # -- the NumPy target -------------------------------------------------------------------------
 
 def acc_dtype(dtype) -> np.dtype:
-    """float32 sums for float16 and float32 data, float64 for float64."""
+    """float32 sums for float16, bfloat16 and float32 data, float64 for float64."""
     return np.dtype(np.float32) if np.dtype(dtype).itemsize <= 4 else np.dtype(dtype)
 
 
@@ -208,7 +209,7 @@ def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inpu
                   d) -> dict:
     """Template parameters every conv2d kernel of a call shares (``inputs``: how many the call
     has: the bias is the third, the residual the fourth) in dialect ``d``."""
-    return dict(half=data_dtype == "float16", out_half=out_dtype == "float16", acc_t="float",
+    return dict(half=half_format(data_dtype), out_half=half_format(out_dtype), acc_t="float",
                 acc_dtype="float32", **PLAIN,
                 **_epilogue.template_params(attrs, inputs >= 3, inputs >= 4, "float32", d),
                 nchw=attrs.data_layout == "NCHW",

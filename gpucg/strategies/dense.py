@@ -20,6 +20,7 @@ import numpy as np
 import sympy
 
 from ..codegen import dialect_for
+from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
@@ -155,7 +156,7 @@ def params(op, attrs, inputs, outputs, d) -> dict:
     acc = "float64" if wide else "float32"
     ep = _epilogue.template_params(attrs if op == "dense" else _NO_EPILOGUE, len(inputs) >= 3,
                                    len(inputs) >= 4, acc, d)
-    return dict(half=dtype == "float16", out_half=out == "float16", f64=dtype == "float64",
+    return dict(half=half_format(dtype), out_half=half_format(out), f64=dtype == "float64",
                 out_f64=out == "float64", acc_t="double" if wide else "float",
                 acc_dtype=acc, a_k_major=p.a_k_major,
                 b_k_major=p.b_k_major, R=len(merge_batch(p)), wg=256, **ep)

@@ -217,7 +217,7 @@ def sum_to_gpu(attrs, inputs, outputs, target):
     summed = tuple(a for a in range(x.ndim) if a < lead or (y.shape[a - lead] == 1
                                                             and x.shape[a] != 1))
     dt = x.dtype
-    acc = "float" if dt in ("float16", "float32") else d.type(dt)
+    acc = "float" if dt in ("float16", "bfloat16", "float32") else d.type(dt)
     s = Strategy(target)
     s.add(SUM_TO, 10, space=_WG, info=summed, params=dict(
         dtype=(dt,), R=y.ndim, RR=len(summed), acc=Code(acc),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.norm import SOFTMAX_OPS
@@ -165,7 +166,7 @@ def gpu_strategy(op: str):
         axis = normalize_axis(attrs.axis, x.ndim)
         outer, n, inner = split_axis(x.shape, axis)
         acc = "float64" if x.dtype == "float64" else "float32"
-        params = dict(op=op, acc_dtype=acc, half=x.dtype == "float16",
+        params = dict(op=op, acc_dtype=acc, half=half_format(x.dtype),
                       eps=float(getattr(attrs, "eps", 0.0)), online=False, ipt=0, unroll=1)
         info = NormInfo(op, axis, acc)
         spaces = _spaces(target.on_cpu)

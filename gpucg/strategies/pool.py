@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen.literals import lowest_value
+from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.pool import hw_axes, out_hw, pads_for
@@ -42,7 +43,7 @@ POOL_DIRECT = kernel_impl("pool_direct", _direct_run, main=Kernel(
 def gpu_strategy(kind: str):
     def strategy(attrs, inputs, outputs, target):
         x = inputs[0]
-        half = x.dtype == "float16"
+        half = half_format(x.dtype)
         acc = ("float64" if x.dtype == "float64" else "float32") if kind == "avg" or half \
             or x.dtype.startswith("float") else x.dtype
         (kh, kw), (sh, sw), (dh, dw) = attrs.kernel, attrs.strides, attrs.dilation

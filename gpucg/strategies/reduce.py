@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..codegen.literals import compute_dtype
+from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops._axes import passes, reduced_count
@@ -202,7 +204,7 @@ def _spaces(on_cpu: bool) -> dict:
 
 
 def _value(dtype: str) -> str:
-    return "float32" if dtype == "float16" else dtype
+    return compute_dtype(dtype)
 
 
 def gpu_strategy_for(op: str, axes_of):
@@ -212,9 +214,9 @@ def gpu_strategy_for(op: str, axes_of):
         (x,), (y,) = inputs, outputs
         axes = axes_of(attrs, x)
         acc = acc_dtype(op, x.dtype)
-        # float16 is storage only: the kernels load and store float32 values
+        # float16 and bfloat16 are storage only: the kernels load and store float32 values
         params = dict(op=op, in_dtype=_value(x.dtype), acc_dtype=acc, out_dtype=_value(y.dtype),
-                      in_half=x.dtype == "float16", out_half=y.dtype == "float16",
+                      in_half=half_format(x.dtype), out_half=half_format(y.dtype),
                       two_pass=False, block=ARG_BLOCK)
         info = ReduceInfo(op, axes, acc)
         spaces = _spaces(target.on_cpu)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..half import widen
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.topk import kept, stable_order, view
@@ -37,17 +38,19 @@ RADIX_N_MIN = 8192
 RADIX_FEW_ROWS = 32
 RADIX_FEW_ROWS_N_MIN = 2048
 
-_INF = {16: 0x7C00, 32: 0x7F800000, 64: 0x7FF0000000000000}
-_NAN = {16: 0x7E00, 32: 0x7FC00000, 64: 0x7FF8000000000000}
+_INF = {"float16": 0x7C00, "bfloat16": 0x7F80, "float32": 0x7F800000,
+        "float64": 0x7FF0000000000000}
+_NAN = {"float16": 0x7E00, "bfloat16": 0x7FC0, "float32": 0x7FC00000,
+        "float64": 0x7FF8000000000000}
 
 
 def key_params(dtype: str, ascend: bool, index_dtype: str) -> dict:
     """Template parameters of the order key for a data dtype and direction."""
     bits = np.dtype(dtype).itemsize * 8
-    is_float = dtype.startswith("float")
+    is_float = dtype in _INF
     return dict(kbits=bits, is_float=is_float, is_signed=not dtype.startswith("uint"),
                 ascend=bool(ascend), oidx=index_dtype, abs_mask=(1 << (bits - 1)) - 1,
-                inf_bits=_INF[bits] if is_float else 0, nan_bits=_NAN[bits] if is_float else 0)
+                inf_bits=_INF.get(dtype, 0), nan_bits=_NAN.get(dtype, 0))
 
 
 def block_size(kbits: int) -> int:
@@ -327,6 +330,8 @@ def numpy_select(data: np.ndarray, attrs):
     lead, n = xs.shape[:-1], xs.shape[-1]
     k = kept(n, v)
     x = np.ascontiguousarray(xs.reshape(int(np.prod(lead, dtype=np.int64)), n))
+    # bfloat16 is ordered as the float32 it widens to; its values are taken from x at the end
+    bits, x = x, widen(x)
     values = None
     if k == 0 or x.shape[0] == 0:
         order = np.empty((x.shape[0], k), np.intp)
@@ -367,8 +372,8 @@ def numpy_select(data: np.ndarray, attrs):
                 values[fix] = _take_rows(rows, order[fix])
     out = {}
     if v.ret_type in ("both", "values"):
-        if values is None:
-            values = _take_rows(x, order)
+        if values is None or bits is not x:
+            values = _take_rows(bits, order)
         out["values"] = np.moveaxis(values.reshape(lead + (k,)), -1, axis)
     if v.ret_type in ("both", "indices"):
         out["indices"] = np.moveaxis(order.astype(v.index_dtype, copy=False).reshape(lead + (k,)),
