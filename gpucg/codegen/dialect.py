@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import DTypeError
+from .warp import CUDA_WARP, OPENCL_WARP
 
 _AXES = "xyz"
 
@@ -56,6 +57,45 @@ class Dialect:
     #: value another work-item of the group then writes need it (OpenCL's local-memory
     #: barrier orders local memory only; CUDA's __syncthreads orders both)
     barrier_global: str = ""
+    #: the warp-level operations (gpucg/codegen/warp.py): instructions or their emulation
+    warp: object = None
+
+    # -- warp-level operations: every work-item of the work-group calls them -------------------
+
+    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
+        """The helper functions of the warp operations a kernel uses."""
+        return self.warp.helpers(mma, ldmatrix, cp_async)
+
+    def warp_setup(self, nwarps: int, tid: str) -> str:
+        """Kernel-scope declarations the warp operations need (the emulation's scratch)."""
+        return self.warp.setup(nwarps, tid)
+
+    def smem(self, name: str, units: int) -> str:
+        """A 16-byte aligned shared array of ``units`` 16-bit units (tiles for the warp ops)."""
+        return self.warp.smem(name, units)
+
+    def mma(self, kind: str, c: str, a: str, b: str) -> str:
+        """c[0..3] += A * B for one warp tile: m16n8k16 (kind f16, bf16) or m16n8k8 (tf32)."""
+        return self.warp.mma(kind, c, a, b)
+
+    def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
+        """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""
+        return self.warp.ldmatrix(regs, num, trans, smem, off)
+
+    def cp_async(self, smem: str, off: str, src: str, nbytes: int, ok: str) -> str:
+        """Copy nbytes (4, 8, 16) from global src to smem + off, zeros where ok is false."""
+        return self.warp.cp_async(smem, off, src, nbytes, ok)
+
+    def cp_async_commit(self) -> str:
+        return self.warp.commit()
+
+    def cp_async_wait(self, n: int) -> str:
+        """Wait until at most n committed groups are pending (then a barrier publishes them)."""
+        return self.warp.wait(n)
+
+    @property
+    def unroll(self) -> str:
+        return self.warp.unroll
 
     def local_id(self, dim: int = 0) -> str:
         return self.local_id_fmt.format(axis=_AXES[dim], dim=dim)
@@ -181,6 +221,7 @@ CUDA = Dialect(
         "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
         "    return h;\n}\n"),
     barrier_global="__syncthreads();",
+    warp=CUDA_WARP,
 )
 
 OPENCL = Dialect(
@@ -206,6 +247,7 @@ OPENCL = Dialect(
     half_load="vload_half({index}, {ptr})",
     half_store="vstore_half_rte({value}, {index}, {ptr});",
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
+    warp=OPENCL_WARP,
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

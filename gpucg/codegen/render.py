@@ -17,6 +17,7 @@ from .. import counters as stats
 from ..errors import InputError
 from ..shape import DTYPES
 from .dialect import Dialect
+from .warp import swizzle
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -249,7 +250,7 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
-                       guard=guard)
+                       guard=guard, swizzle=swizzle)
     env.filters["block"] = block
     return env
 

@@ -2,6 +2,9 @@
 
 Every call is a batched GEMM (gpucg.ops.dense.problem): B products of (m x k) by (k x n). GPU
 implementations, by plevel, with conditions over the symbolic sizes:
+  gemm_mma     20  (CUDA) tensor cores (strategies/gemm_mma.py): float16, and float32 with
+                   allow_tf32, when rows hold whole 16-byte chunks and m > 16; on OpenCL the
+                   twin at plevel 1 (forced only)
   gemv         15  m <= 16: one work-group per few output columns, K split over its work-items
                    and added in local memory (a GEMV when m is 1)
   gemm_splitk  14  B * m * n <= 2**18 and k >= 2048: too few output tiles to fill the device,
@@ -26,6 +29,7 @@ from ..ops.dense import problem
 from ..runtime.base import ceil_div
 from ..strategy import Strategy
 from .gemm_tile import gemm_space, work_group
+from . import gemm_mma
 
 GEMV_MAX_M = 16
 SPLITK_MAX_MN = 2 ** 18
@@ -188,6 +192,8 @@ def gpu_strategy(op: str):
         m, n, k, nb = (sympy.sympify(v) for v in (p.m, p.n, p.k, p.nb))
         mr = max(int(m), 1) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
         s = Strategy(target)
+        gemm_mma.offer(s, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
+                       target, GEMV_MAX_M)
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes,
                                vector and p.a_k_major and p.b_k_major, target.on_cpu))
