@@ -63,7 +63,8 @@ class Dialect:
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
     def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
-        """The helper functions of the warp operations a kernel uses."""
+        """The helper functions of the warp operations a kernel uses: mma kinds, ldmatrix
+        (num, trans) variants and cp.async sizes (True: all of them)."""
         return self.warp.helpers(mma, ldmatrix, cp_async)
 
     def warp_setup(self, nwarps: int, tid: str) -> str:

@@ -35,6 +35,26 @@ def _kind(kind: str) -> str:
     return kind
 
 
+def _variants(ldmatrix) -> list:
+    """The (num, trans) ldmatrix variants a kernel uses: True for all, else an iterable."""
+    if ldmatrix is True:
+        return [(n, t) for n in LDMATRIX_NUMS for t in (False, True)]
+    out = []
+    for num, trans in ldmatrix or ():
+        if (_num(num), bool(trans)) not in out:
+            out.append((num, bool(trans)))
+    return out
+
+
+def _sizes(cp_async) -> list:
+    """The cp.async sizes a kernel uses: True for all, else an iterable of 4, 8, 16."""
+    sizes = (4, 8, 16) if cp_async is True else sorted(set(cp_async or ()))
+    for n in sizes:
+        if n not in (4, 8, 16):
+            raise DTypeError(f"cp.async copies 4, 8 or 16 bytes, not {n}")
+    return list(sizes)
+
+
 def _num(num: int) -> int:
     if num not in LDMATRIX_NUMS:
         raise DTypeError(f"ldmatrix num={num!r}; allowed: 1, 2, 4")
@@ -69,7 +89,7 @@ def _cuda_mma(kind: str) -> str:
             f"__device__ __forceinline__ void gpucg_mma_{kind}(float* c, const unsigned* a, "
             "const unsigned* b)\n{\n" + cvt +
             f"    asm volatile(\"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\"\n"
+            "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\"\n"
             "        : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
             f"        : {ops});\n}}\n")
 
@@ -80,28 +100,19 @@ def _cuda_ldmatrix(num: int, trans: bool) -> str:
     tr = ".trans" if trans else ""
     return (f"__device__ __forceinline__ void gpucg_ldmatrix_x{num}{'_trans' if trans else ''}"
             "(unsigned* r, const void* row)\n{\n"
-            f"    asm volatile(\"ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16 {{{regs}}}, "
+            f"    asm volatile(\"ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16 {{ {regs} }}, "
             f"[%{num}];\"\n        : {outs} : \"r\"(gpucg_smem_addr(row)) : \"memory\");\n}}\n")
 
 
-_CUDA_CP_ASYNC = """\
-/* global -> shared, asynchronously; ok == 0 writes zeros and reads nothing (src-size 0) */
-__device__ __forceinline__ void gpucg_cp_async16(void* dst, const void* src, int ok)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"(gpucg_smem_addr(dst)), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void gpucg_cp_async8(void* dst, const void* src, int ok)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
-                 :: "r"(gpucg_smem_addr(dst)), "l"(src), "r"(ok ? 8 : 0) : "memory");
-}
-__device__ __forceinline__ void gpucg_cp_async4(void* dst, const void* src, int ok)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-                 :: "r"(gpucg_smem_addr(dst)), "l"(src), "r"(ok ? 4 : 0) : "memory");
-}
-"""
+def _cuda_cp_async(n: int) -> str:
+    cache = "cg" if n == 16 else "ca"  # .cg (L2 only) takes 16 bytes alone
+    return (f"/* {n} bytes global -> shared, asynchronously; ok == 0 writes zeros and reads "
+            "nothing (src-size 0) */\n"
+            f"__device__ __forceinline__ void gpucg_cp_async{n}(void* dst, const void* src, "
+            "int ok)\n{\n"
+            f"    asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {n}, %2;\"\n"
+            f"                 :: \"r\"(gpucg_smem_addr(dst)), \"l\"(src), \"r\"(ok ? {n} : 0) "
+            ": \"memory\");\n}\n")
 
 
 @dataclass(frozen=True)
@@ -111,12 +122,11 @@ class CudaWarp:
     unroll: str = "#pragma unroll"
 
     def helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
-        parts = [_CUDA_SMEM_ADDR] if ldmatrix or cp_async else []
+        variants, sizes = _variants(ldmatrix), _sizes(cp_async)
+        parts = [_CUDA_SMEM_ADDR] if variants or sizes else []
         parts += [_cuda_mma(_kind(k)) for k in mma]
-        if ldmatrix:
-            parts += [_cuda_ldmatrix(n, t) for n in LDMATRIX_NUMS for t in (False, True)]
-        if cp_async:
-            parts.append(_CUDA_CP_ASYNC)
+        parts += [_cuda_ldmatrix(n, t) for n, t in variants]
+        parts += [_cuda_cp_async(n) for n in sizes]
         return "\n".join(parts)
 
     def setup(self, nwarps: int, tid: str) -> str:
@@ -267,9 +277,9 @@ class OpenCLWarp:
     unroll: str = ""
 
     def helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
+        _sizes(cp_async)  # copies need no helper here
         parts = [_opencl_mma(_kind(k)) for k in mma]
-        if ldmatrix:
-            parts += [_opencl_ldmatrix(n, t) for n in LDMATRIX_NUMS for t in (False, True)]
+        parts += [_opencl_ldmatrix(n, t) for n, t in _variants(ldmatrix)]
         return "\n".join(parts)
 
     def setup(self, nwarps: int, tid: str) -> str:

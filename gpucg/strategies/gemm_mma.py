@@ -61,11 +61,11 @@ def smem_bytes(config, eb: int) -> int:
     return config["STAGES"] * config["BK"] * (config["BM"] + config["BN"]) * eb
 
 
-def mma_space(eb: int, on_cpu: bool) -> ConfigSpace:
+def mma_space(eb: int, small: bool) -> ConfigSpace:
     """Block tile BM x BN x BK, warp tile WM x WN (16 x 8 mma tiles), STAGES cp.async stages;
-    pruned to what fits 48 KiB of shared memory and 8 warps. The default on a CPU device (the
-    twin) is small: its emulated warps are slow."""
-    if on_cpu:
+    pruned to what fits 48 KiB of shared memory and 8 warps. The twin's default (``small``)
+    is small: its emulated warps are slow (the CUDA defaults can be forced on it)."""
+    if small:
         default = {"BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16, "STAGES": 2}
     elif eb == 4:  # 128 x 128 x 16 float32, 3 stages: 48 KiB
         default = {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "STAGES": 3}
@@ -136,7 +136,7 @@ def offer(s, p, dtype: str, allow_tf32: bool, common: dict, info, target, min_ro
     twin = target.kind != "cuda"
     s.add(GEMM_MMA, PLEVEL_TWIN if twin else PLEVEL_CUDA, info=info,
           condition=None if twin else condition(p, eb, min_rows),
-          params=dict(common, kind=kind, EB=eb), space=mma_space(eb, target.on_cpu))
+          params=dict(common, kind=kind, EB=eb), space=mma_space(eb, twin or target.on_cpu))
 
 
 # -- shared-memory requests, for the bank-conflict check ----------------------------------------
