@@ -72,6 +72,15 @@ __device__ __forceinline__ unsigned gpucg_smem_addr(const void* p)
     return s;
 }
 """
+_CUDA_GMEM_ADDR = """\
+/* the global-state-space address of a generic pointer into global memory (cp.async's source) */
+__device__ __forceinline__ unsigned long long gpucg_gmem_addr(const void* p)
+{
+    unsigned long long g;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(p));
+    return g;
+}
+"""
 
 
 def _cuda_mma(kind: str) -> str:
@@ -89,9 +98,9 @@ def _cuda_mma(kind: str) -> str:
             f"__device__ __forceinline__ void gpucg_mma_{kind}(float* c, const unsigned* a, "
             "const unsigned* b)\n{\n" + cvt +
             f"    asm volatile(\"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 "
-            "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\"\n"
-            "        : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
-            f"        : {ops});\n}}\n")
+            "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\" : "
+            "\"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3]) : "
+            f"{ops});\n}}\n")
 
 
 def _cuda_ldmatrix(num: int, trans: bool) -> str:
@@ -101,7 +110,7 @@ def _cuda_ldmatrix(num: int, trans: bool) -> str:
     return (f"__device__ __forceinline__ void gpucg_ldmatrix_x{num}{'_trans' if trans else ''}"
             "(unsigned* r, const void* row)\n{\n"
             f"    asm volatile(\"ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16 {{ {regs} }}, "
-            f"[%{num}];\"\n        : {outs} : \"r\"(gpucg_smem_addr(row)) : \"memory\");\n}}\n")
+            f"[%{num}];\" : {outs} : \"r\"(gpucg_smem_addr(row)) : \"memory\");\n}}\n")
 
 
 def _cuda_cp_async(n: int) -> str:
@@ -110,9 +119,8 @@ def _cuda_cp_async(n: int) -> str:
             "nothing (src-size 0) */\n"
             f"__device__ __forceinline__ void gpucg_cp_async{n}(void* dst, const void* src, "
             "int ok)\n{\n"
-            f"    asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {n}, %2;\"\n"
-            f"                 :: \"r\"(gpucg_smem_addr(dst)), \"l\"(src), \"r\"(ok ? {n} : 0) "
-            ": \"memory\");\n}\n")
+            f"    asm volatile(\"cp.async.{cache}.shared.global [%1], [%0], {n}, %2;\" :: "
+            f"\"l\"(gpucg_gmem_addr(src)), \"r\"(gpucg_smem_addr(dst)), \"r\"(ok ? {n} : 0) : \"memory\");\n}}\n")
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,7 @@ class CudaWarp:
         parts = [_CUDA_SMEM_ADDR] if variants or sizes else []
         parts += [_cuda_mma(_kind(k)) for k in mma]
         parts += [_cuda_ldmatrix(n, t) for n, t in variants]
+        parts += [_CUDA_GMEM_ADDR] if sizes else []
         parts += [_cuda_cp_async(n) for n in sizes]
         return "\n".join(parts)
 
@@ -171,13 +180,8 @@ class CudaWarp:
 #: the inverse of the tables. tf32 operands are rounded as cvt.rna.tf32.f32 rounds: to 10
 #: mantissa bits, to nearest, ties away from zero.
 _OPENCL_MMA = """\
-static inline float gpucg_b16_{kind}(__local const uint* ws, int word, int high)
-{{
-{conv}
-}}
-/* emulated mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 (tables: gpucg/codegen/warp.py) */
-static inline void gpucg_mma_{kind}(__local uint* ws, int lane, float* c, const uint* a,
-                                    const uint* b)
+{conv}/* emulated mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 (tables: gpucg/codegen/warp.py) */
+static inline void gpucg_mma_{kind}(__local uint* ws, int lane, float* c, const uint* a, const uint* b)
 {{
     for (int i = 0; i < 4; ++i) ws[lane * 4 + i] = a[i];
     ws[128 + lane * 2] = b[0];
@@ -204,7 +208,7 @@ _B16_BODY = """\
             const int ib = (k & 1) + 2 * (k >> 3);
             const int lb = col * 4 + ((k & 7) >> 1);
             s += gpucg_b16_{kind}(ws, la * 4 + (ia >> 1), ia & 1)
-               * gpucg_b16_{kind}(ws, 128 + lb * 2 + (ib >> 1), ib & 1);"""
+                * gpucg_b16_{kind}(ws, 128 + lb * 2 + (ib >> 1), ib & 1);"""
 
 _TF32_BODY = """\
             /* A(row, k): lane (row % 8) * 4 + k % 4, register (row / 8) + 2 * (k / 4) */
@@ -221,19 +225,24 @@ static inline uint gpucg_tf32(uint u)
 }
 """
 
+_CONV_FN = """\
+static inline float gpucg_b16_{kind}(__local const uint* ws, int word, int high)
+{{
+{body}
+}}
+"""
 _CONV = {
     "f16": "    return vload_half(word * 2 + high, (__local const half*)ws);",
     "bf16": "    return as_float((high ? ws[word] >> 16 : ws[word] & 0xFFFFu) << 16);",
-    "tf32": "    return as_float(ws[word]);",
 }
 
 
 def _opencl_mma(kind: str) -> str:
     shape, t = MMA_KINDS[kind]
     body = _TF32_BODY if kind == "tf32" else _B16_BODY.format(kind=kind)
+    conv = "" if kind == "tf32" else _CONV_FN.format(kind=kind, body=_CONV[kind])
     return ((_OPENCL_TF32 if kind == "tf32" else "") +
-            _OPENCL_MMA.format(kind=kind, shape=shape, t=t, K=MMA_K[kind], body=body,
-                               conv=_CONV[kind]))
+            _OPENCL_MMA.format(kind=kind, shape=shape, t=t, K=MMA_K[kind], body=body, conv=conv))
 
 
 #: The emulated ldmatrix (PTX ISA, "ldmatrix"): lane i supplies the address of row i % 8 of
@@ -243,8 +252,7 @@ def _opencl_mma(kind: str) -> str:
 #: col t / 4) and (row 2 * (t % 4) + 1, col t / 4) of the matrix as stored.
 _OPENCL_LDMATRIX = """\
 /* emulated ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16; off: this lane's row, in 16-bit units */
-static inline void gpucg_ldmatrix_x{num}{suffix}(__local uint* ws, int lane, uint* r,
-                                          __local const ushort* smem, int off)
+static inline void gpucg_ldmatrix_x{num}{suffix}(__local uint* ws, int lane, uint* r, __local const ushort* smem, int off)
 {{
     ws[lane] = (uint)off;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -303,7 +311,7 @@ class OpenCLWarp:
         if vt is None:
             raise DTypeError(f"cp.async copies 4, 8 or 16 bytes, not {nbytes}")
         zero = "0u" if nbytes == 4 else f"({vt})(0u)"
-        return (f"*(__local {vt}*)({smem} + {off}) = ({ok}) ? "
+        return (f"*(__local {vt}*)({smem} + {off}) = {_p(ok)} ? "
                 f"*(__global const {vt}*)({src}) : {zero};")
 
     def commit(self) -> str:
@@ -337,5 +345,11 @@ def swizzle(row, chunk, cpr: int):
     mask = min(cpr, 8) - 1
     if isinstance(row, int) and isinstance(chunk, int):
         return chunk ^ ((row >> shift) & mask)
-    r = f"({row} >> {shift})" if shift else f"({row})"
-    return f"(({chunk}) ^ ({r} & {mask}))"
+    r = f"({_p(row)} >> {shift})" if shift else _p(row)
+    return f"({_p(chunk)} ^ ({r} & {mask}))"
+
+
+def _p(expr) -> str:
+    """``expr`` parenthesized unless it is one name or number."""
+    text = str(expr)
+    return text if text.replace("_", "a").isalnum() else f"({text})"
