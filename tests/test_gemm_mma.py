@@ -266,3 +266,30 @@ def test_twin_under_oclgrind_has_no_reports(oclgrind_or_skip, tmp_path):
     log = tmp_path / "oclgrind.log"
     reports = oclgrind.parse_log(log.read_text()) if log.exists() else []
     assert not reports, "\n\n".join(r.text for r in reports)
+
+
+def test_cuda_launch_passes_what_the_kernel_declares(nvrtc_or_skip):
+    """Through the recording CuPy stand-in (PTX .entry parameters checked); an offset base
+    pointer makes the launch pass vec = 0."""
+    from gpucg.runtime import use_backend
+    from gpucg.runtime.cuda_backend import CudaBackend
+    from gpucg.verify.cupy_standin import StandInCupy
+
+    cupy = StandInCupy("sm_80")
+    calls = [("dense", [(300, 256), (520, 256)], "float16", {}),
+             ("matmul", [(2, 40, 64), (64, 24)], "float16", {}),
+             ("batch_matmul", [(3, 40, 64), (1, 24, 64)], "float32",
+              {"transpose_b": True, "allow_tf32": True})]
+    with use_backend("cuda", CudaBackend(cupy=cupy)):
+        for op, shapes, dtype, attrs in calls:
+            for index in ("int32", "int64"):
+                f = gpucg.compile(op, *(gpucg.tensor(s, dtype) for s in shapes), target="cuda",
+                                  impl="gemm_mma", index=index, **attrs)
+                arrays = [cupy.empty(s, dtype) for s in shapes]
+                f(*arrays)
+                launch = cupy.launches[-1]
+                assert launch.entry.endswith("gemm_mma_gemm"), launch.entry
+                assert int(launch.args[-1]) == 1
+                arrays[0].ptr += 2  # a view one element in: not 16-byte aligned
+                f(*arrays)
+                assert int(cupy.launches[-1].args[-1]) == 0

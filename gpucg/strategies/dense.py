@@ -115,6 +115,18 @@ def _splitk_run(ctx, partial, reduce) -> None:
            grid=ceil_div(total, wg), block=wg)
 
 
+def _mma_run(ctx, gemm) -> None:
+    m, n, k, nb, args = _sizes(ctx)
+    c, s = ctx.config, ctx.size
+    grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
+    threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
+    gemm(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), *args,
+         np.int32(gemm_mma.vector_ok(ctx, m, n, k)), grid=grid, block=threads)
+
+
+GEMM_MMA = kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
+    "dense/gemm_mma.j2", doc="tensor-core tiles (mma.sync, ldmatrix, cp.async stages), the "
+    "fused epilogue"))
 GEMM_TILED = kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
     "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue"))
 GEMV = kernel_impl("gemv", _gemv_run, gemv=Kernel(
@@ -192,7 +204,7 @@ def gpu_strategy(op: str):
         m, n, k, nb = (sympy.sympify(v) for v in (p.m, p.n, p.k, p.nb))
         mr = max(int(m), 1) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
         s = Strategy(target)
-        gemm_mma.offer(s, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
+        gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
                        target, GEMV_MAX_M)
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes,

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import sympy
 
 from ..codegen.warp import swizzle
-from ..implementation import Kernel, kernel_impl
-from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 
 PLEVEL_CUDA = 20
@@ -108,33 +105,18 @@ def vector_ok(ctx, m: int, n: int, k: int) -> bool:
             and base_address(a) % 16 == 0 and base_address(b) % 16 == 0)
 
 
-def _run(ctx, gemm) -> None:
-    from .dense import _sizes
-
-    m, n, k, nb, args = _sizes(ctx)
-    c, s = ctx.config, ctx.size
-    grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
-    threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
-    gemm(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), *args,
-         np.int32(vector_ok(ctx, m, n, k)), grid=grid, block=threads)
-
-
-GEMM_MMA = kernel_impl("gemm_mma", _run, gemm=Kernel(
-    "dense/gemm_mma.j2", doc="tensor-core tiles (mma.sync, ldmatrix, cp.async stages), the "
-    "fused epilogue"))
-
-
-def offer(s, p, dtype: str, allow_tf32: bool, common: dict, info, target, min_rows: int):
-    """Offer gemm_mma on strategy ``s`` (or exclude it with the reason)."""
+def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, min_rows: int):
+    """Offer gemm_mma (``decl``, declared in strategies/dense.py with its launch) on strategy
+    ``s``, or exclude it with the reason."""
     got, why = mma_kind(dtype, allow_tf32, p.a_k_major, p.b_k_major)
     if got is None:
-        s.exclude(GEMM_MMA, PLEVEL_CUDA, why)
+        s.exclude(decl, PLEVEL_CUDA, why)
         return
     kind, eb = got
     # the twin has no condition: its kernel takes any size (unaligned rows copy element by
     # element), so a forced run covers both paths; on CUDA the condition keeps the fast path
     twin = target.kind != "cuda"
-    s.add(GEMM_MMA, PLEVEL_TWIN if twin else PLEVEL_CUDA, info=info,
+    s.add(decl, PLEVEL_TWIN if twin else PLEVEL_CUDA, info=info,
           condition=None if twin else condition(p, eb, min_rows),
           params=dict(common, kind=kind, EB=eb), space=mma_space(eb, twin or target.on_cpu))
 
