@@ -212,7 +212,7 @@ def _cuda_kernel():
     d = CUDA
     body = "\n".join(
         [d.ldmatrix("r", n, tr, "sm", f"{8 * n}") for n in (1, 2, 4) for tr in (False, True)]
-        + [d.mma(k, "c", "r", "r + 2") for k in ("f16", "bf16", "tf32")])
+        + [d.to_tf32("r", 4)] + [d.mma(k, "c", "r", "r + 2") for k in ("f16", "bf16", "tf32")])
     return f"""{d.warp_helpers(["f16", "bf16", "tf32"], True, True)}
 extern "C" __global__ void k(const float* G, float* O)
 {{

@@ -67,6 +67,11 @@ class Dialect:
         (num, trans) variants and cp.async sizes (True: all of them)."""
         return self.warp.helpers(mma, ldmatrix, cp_async)
 
+    def launch_bounds(self, threads: int, blocks: int) -> str:
+        """A kernel qualifier asking for ``blocks`` resident blocks of ``threads`` (CUDA's
+        __launch_bounds__: registers capped to fit); empty where the language has none."""
+        return self.warp.bounds(threads, blocks)
+
     def warp_setup(self, nwarps: int, tid: str) -> str:
         """Kernel-scope declarations the warp operations need (the emulation's scratch)."""
         return self.warp.setup(nwarps, tid)
@@ -78,6 +83,11 @@ class Dialect:
     def mma(self, kind: str, c: str, a: str, b: str) -> str:
         """c[0..3] += A * B for one warp tile: m16n8k16 (kind f16, bf16) or m16n8k8 (tf32)."""
         return self.warp.mma(kind, c, a, b)
+
+    def to_tf32(self, regs: str, n: int) -> str:
+        """Round n float32 registers regs[0..n) to TF32 in place (cvt.rna.tf32.f32): a tf32
+        mma's operands, once per fragment rather than once per product."""
+        return self.warp.to_tf32(regs, n)
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""

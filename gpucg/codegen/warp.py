@@ -85,18 +85,16 @@ __device__ __forceinline__ unsigned long long gpucg_gmem_addr(const void* p)
 
 def _cuda_mma(kind: str) -> str:
     shape, t = MMA_KINDS[kind]
-    cvt = ""
-    if kind == "tf32":  # float32 operands rounded to TF32, to nearest with ties away (as cuBLAS)
-        cvt = ("    unsigned x[6];\n"
-               "    for (int i = 0; i < 6; ++i)\n"
-               "        asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(x[i]) "
-               ": \"f\"(__uint_as_float(i < 4 ? a[i] : b[i - 4])));\n")
-        ops = "\"r\"(x[0]), \"r\"(x[1]), \"r\"(x[2]), \"r\"(x[3]), \"r\"(x[4]), \"r\"(x[5])"
-    else:
-        ops = "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])"
-    return (f"/* D = A * B + D, one {shape} tile, {t} inputs, float32 sums */\n"
+    ops = "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])"
+    tf32 = "" if kind != "tf32" else (
+        "/* float32 fragment registers rounded to TF32 in place: to nearest, ties away */\n"
+        "__device__ __forceinline__ void gpucg_to_tf32(unsigned* r, int n)\n{\n"
+        "    for (int i = 0; i < n; ++i)\n"
+        "        asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r[i]) : \"f\"(__uint_as_float(r[i])));\n"
+        "}\n")
+    return tf32 + (f"/* D = A * B + D, one {shape} tile, {t} inputs, float32 sums */\n"
             f"__device__ __forceinline__ void gpucg_mma_{kind}(float* c, const unsigned* a, "
-            "const unsigned* b)\n{\n" + cvt +
+            "const unsigned* b)\n{\n"
             f"    asm volatile(\"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 "
             "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\" : "
             "\"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3]) : "
@@ -141,11 +139,17 @@ class CudaWarp:
     def setup(self, nwarps: int, tid: str) -> str:
         return ""
 
+    def bounds(self, threads: int, blocks: int) -> str:
+        return f" __launch_bounds__({int(threads)}, {int(blocks)})"
+
     def smem(self, name: str, units: int) -> str:
         return f"__shared__ __align__(16) unsigned short {name}[{units}];"
 
     def mma(self, kind: str, c: str, a: str, b: str) -> str:
         return f"gpucg_mma_{_kind(kind)}({c}, {a}, {b});"
+
+    def to_tf32(self, regs: str, n: int) -> str:
+        return f"gpucg_to_tf32({regs}, {int(n)});"
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}({regs}, "
@@ -223,6 +227,11 @@ static inline uint gpucg_tf32(uint u)
 {
     return (u & 0x7F800000u) == 0x7F800000u ? u : (u + 0x1000u) & 0xFFFFE000u;
 }
+static inline void gpucg_to_tf32(uint* r, int n)
+{
+    for (int i = 0; i < n; ++i)
+        r[i] = gpucg_tf32(r[i]);
+}
 """
 
 _CONV_FN = """\
@@ -290,6 +299,9 @@ class OpenCLWarp:
         parts += [_opencl_ldmatrix(n, t) for n, t in _variants(ldmatrix)]
         return "\n".join(parts)
 
+    def bounds(self, threads: int, blocks: int) -> str:
+        return ""
+
     def setup(self, nwarps: int, tid: str) -> str:
         return (f"__local uint gpucg_scratch[{int(nwarps) * SCRATCH_WORDS}];\n"
                 f"__local uint* gpucg_ws = gpucg_scratch + ({tid} >> 5) * {SCRATCH_WORDS};\n"
@@ -300,6 +312,9 @@ class OpenCLWarp:
 
     def mma(self, kind: str, c: str, a: str, b: str) -> str:
         return f"gpucg_mma_{_kind(kind)}(gpucg_ws, gpucg_lane, {c}, {a}, {b});"
+
+    def to_tf32(self, regs: str, n: int) -> str:
+        return f"gpucg_to_tf32({regs}, {int(n)});"
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}(gpucg_ws, gpucg_lane, "

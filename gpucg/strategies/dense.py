@@ -126,7 +126,10 @@ def _mma_run(ctx, gemm) -> None:
 
 GEMM_MMA = kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
     "dense/gemm_mma.j2", doc="tensor-core tiles (mma.sync, ldmatrix, cp.async stages), the "
-    "fused epilogue"))
+    "fused epilogue",
+    low_occupancy=lambda p: ("TF32 on sm_90 needs 140 registers a thread for its 8 warps of "
+                             "32 x 32 (capped at 128 by __launch_bounds__ it spills): one block "
+                             "an SM" if p.get("kind") == "tf32" else "")))
 GEMM_TILED = kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
     "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue"))
 GEMV = kernel_impl("gemv", _gemv_run, gemv=Kernel(

@@ -64,8 +64,9 @@ def mma_space(eb: int, small: bool) -> ConfigSpace:
     is small: its emulated warps are slow (the CUDA defaults can be forced on it)."""
     if small:
         default = {"BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16, "STAGES": 2}
-    elif eb == 4:  # 128 x 128 x 16 float32, 3 stages: 48 KiB
-        default = {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "STAGES": 3}
+    elif eb == 4:  # 64 x 128 x 16 float32, 4 stages: 48 KiB; 32 x 32 warp tiles (a 64 x 32
+        # one, with TF32's wider fragments, needs 164-180 registers: one block per SM)
+        default = {"BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 32, "STAGES": 4}
     else:  # 128 x 128 x 32 halves, 3 stages: 48 KiB
         default = {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 32, "STAGES": 3}
     knobs = {"BM": (32, 64, 128, 256), "BN": (32, 64, 128, 256), "BK": (16, 32, 64),
