@@ -120,6 +120,7 @@ def test_batch_matmul_twin_layouts_and_broadcast(ta, tb, dtype):
     _close(got, np.matmul(a, b), dtype, np.matmul(np.abs(a), np.abs(b)))
 
 
+@pytest.mark.exhaustive
 def test_twin_runs_the_cuda_default_config():
     """The CUDA default tile (8 warps of 64 x 32, 3 stages) forced on the twin."""
     backend_or_skip("opencl")
