@@ -61,8 +61,12 @@ EPILOGUES = [dict(activation="gelu", alpha=0.5, beta=2.0),
              dict(activation="relu", residual_position="before", out_dtype="float32")]
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
-@pytest.mark.parametrize("epilogue", range(len(EPILOGUES)))
+SLOW = pytest.mark.exhaustive  # each is one more kernel for PoCL to compile (20-50 s)
+
+
+@pytest.mark.parametrize("epilogue,dtype", [(0, "float16"), (1, "float32"),
+                                            pytest.param(1, "float16", marks=SLOW),
+                                            pytest.param(0, "float32", marks=SLOW)])
 def test_dense_twin_every_size_and_epilogue(dtype, epilogue):
     """bias, residual, alpha, beta, an activation, the residual before or after it; sizes not
     multiples of any tile, K not a multiple of 16 (K = 8, 24, 40, 72)."""
@@ -84,7 +88,7 @@ def test_dense_twin_every_size_and_epilogue(dtype, epilogue):
         _close(got, want, out_t if out_t == "float16" else dtype, np.abs(a) @ np.abs(b).T)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("float32", marks=SLOW)])
 def test_dense_scalar_path_when_vectors_are_not_allowed(monkeypatch, dtype):
     """A base pointer that is not 16-byte aligned makes the launch pass vec = 0: the same
     kernel copies element by element (zero-filled at the edges)."""
@@ -106,7 +110,8 @@ def test_matmul_twin_transposed_b_and_batches():
         _close(got, np.matmul(a, b), "float16", np.matmul(np.abs(a), np.abs(b)))
 
 
-@pytest.mark.parametrize("ta,tb,dtype", [(True, False, "float16"), (False, True, "float16"),
+@pytest.mark.parametrize("ta,tb,dtype", [(True, False, "float16"),
+                                         pytest.param(False, True, "float16", marks=SLOW),
                                          (False, True, "float32")])
 def test_batch_matmul_twin_layouts_and_broadcast(ta, tb, dtype):
     rng = np.random.default_rng(5)
