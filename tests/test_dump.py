@@ -226,7 +226,8 @@ def layout(src: str) -> list[str]:
 
 # -- the checks -----------------------------------------------------------------------------
 
-_KERNEL = re.compile(r'^(?:__kernel void|extern "C" __global__ void) (\w+)\(', re.M)
+_KERNEL = re.compile(r'^(?:__kernel void|extern "C" __global__ void)'
+                     r'(?: __launch_bounds__\(\d+, \d+\))? (\w+)\(', re.M)
 
 
 @pytest.mark.parametrize("cid,target,impl,f", COMPILED, ids=IDS)

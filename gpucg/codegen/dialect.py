@@ -89,6 +89,11 @@ class Dialect:
         mma's operands, once per fragment rather than once per product."""
         return self.warp.to_tf32(regs, n)
 
+    def store2(self, ptr: str, index: str, a: str, b: str, half: bool) -> str:
+        """Store floats a, b at ptr[index], ptr[index + 1] in one access (float2, or two
+        float16 rounded to nearest even); ptr + index must be aligned to the pair."""
+        return self.warp.store2(ptr, index, a, b, half)
+
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""
         return self.warp.ldmatrix(regs, num, trans, smem, off)

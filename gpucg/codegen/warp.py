@@ -151,6 +151,12 @@ class CudaWarp:
     def to_tf32(self, regs: str, n: int) -> str:
         return f"gpucg_to_tf32({regs}, {int(n)});"
 
+    def store2(self, ptr: str, index: str, a: str, b: str, half: bool) -> str:
+        if half:
+            return (f"*(unsigned*)({ptr} + {index}) = (unsigned)gpucg_f2h({a}) | "
+                    f"((unsigned)gpucg_f2h({b}) << 16);")
+        return f"*(float2*)({ptr} + {index}) = make_float2({a}, {b});"
+
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}({regs}, "
                 f"{smem} + {off});")
@@ -315,6 +321,10 @@ class OpenCLWarp:
 
     def to_tf32(self, regs: str, n: int) -> str:
         return f"gpucg_to_tf32({regs}, {int(n)});"
+
+    def store2(self, ptr: str, index: str, a: str, b: str, half: bool) -> str:
+        fn = "vstore_half2_rte" if half else "vstore2"
+        return f"{fn}((float2)({a}, {b}), 0, {ptr} + {index});"
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}(gpucg_ws, gpucg_lane, "

@@ -120,8 +120,9 @@ def _mma_run(ctx, gemm) -> None:
     c, s = ctx.config, ctx.size
     grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
     threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
-    gemm(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), *args,
-         np.int32(gemm_mma.vector_ok(ctx, m, n, k)), grid=grid, block=threads)
+    out = ctx.outputs[0]
+    flags = gemm_mma.vector_ok(ctx, m, n, k) | gemm_mma.pairs_ok(out, n) << 1
+    gemm(*ctx.inputs, out, s(m), s(n), s(k), *args, np.int32(flags), grid=grid, block=threads)
 
 
 GEMM_MMA = kernel_impl("gemm_mma", _mma_run, gemm=Kernel(

@@ -102,8 +102,8 @@ def vector_ok(ctx, m: int, n: int, k: int) -> bool:
     epc = 16 // a.dtype.itemsize
     a_row = k if ctx.params["a_k_major"] else m
     b_row = k if ctx.params["b_k_major"] else n
-    return (a_row % epc == 0 and b_row % epc == 0
-            and base_address(a) % 16 == 0 and base_address(b) % 16 == 0)
+    return bool(a_row % epc == 0 and b_row % epc == 0
+                and base_address(a) % 16 == 0 and base_address(b) % 16 == 0)
 
 
 def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, min_rows: int):
@@ -120,6 +120,12 @@ def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, 
     s.add(decl, PLEVEL_TWIN if twin else PLEVEL_CUDA, info=info,
           condition=None if twin else condition(p, eb, min_rows),
           params=dict(common, kind=kind, EB=eb), space=mma_space(eb, twin or target.on_cpu))
+
+
+def pairs_ok(out, n: int) -> bool:
+    """Whether the output may be stored two neighbouring elements at a time: rows of even
+    length and a base pointer aligned to a pair."""
+    return n % 2 == 0 and base_address(out) % (2 * out.dtype.itemsize) == 0
 
 
 # -- shared-memory requests, for the bank-conflict check ----------------------------------------
