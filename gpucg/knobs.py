@@ -68,6 +68,10 @@ KNOBS: dict[str, Knob] = {
              "Comma-separated backends and tools (`opencl`, `cuda`, `nvrtc`, `oclgrind`) whose "
              "absence makes the test suite fail instead of skip; `make test` sets "
              "`opencl,nvrtc,oclgrind`."),
+        Knob("GPUCG_ALLOW_TF32", _parse_bool, lambda: False,
+             "Default of the `allow_tf32` attribute of dense, matmul, batch_matmul and conv2d: "
+             "float32 products may round their operands to TF32 (10-bit mantissa) and run on "
+             "tensor cores (`gemm_mma`); off by default, so float32 stays exact float32."),
         Knob("GPUCG_OCLGRIND_RUNTIME", Path, lambda: None,
              "Path of Oclgrind's `liboclgrind-rt-icd.so` where it is not in the usual places "
              "(`/usr/lib/oclgrind`, beside the `oclgrind` command); the Oclgrind checks and "
@@ -107,6 +111,10 @@ def records_path() -> Path | None:
     if raw.lower() in ("off", "0", "no", "false", "none"):
         return None
     return Path(raw).expanduser() if raw else cache_dir() / "records.jsonl"
+
+
+def allow_tf32() -> bool:
+    return get("GPUCG_ALLOW_TF32")
 
 
 def required_backends() -> set[str]:

@@ -56,6 +56,11 @@ CALLS = [
     ("matmul_float16", "matmul", (T((n, 128), "float16"), T((128, 96), "float16")),
      {}),
     ("batch_matmul", "batch_matmul", (T((4, n, 64)), T((4, 64, 48))), {}),
+    ("dense_float16_bias_residual", "dense",
+     (T((n, 256), "float16"), T((64, 256), "float16"), T((64,), "float16"),
+      T((n, 64), "float16")), dict(activation="relu")),
+    ("batch_matmul_tf32_transposed", "batch_matmul", (T((4, 64, n)), T((4, 48, 64))),
+     dict(transpose_a=False, transpose_b=True, allow_tf32=True)),
     ("exp_float64", "exp", (T((n, m), "float64"),), {}),
     ("where_broadcast", "where", (T((n, 1), "bool"), T((n, m)), T((m,))), {}),
     ("sum_rows_keepdims", "sum", (T((n, m), "int16"),), dict(axis=-1, keepdims=True)),
@@ -244,7 +249,8 @@ def layout(src: str) -> list[str]:
 
 # -- the checks -----------------------------------------------------------------------------
 
-_KERNEL = re.compile(r'^(?:__kernel void|extern "C" __global__ void) (\w+)\(', re.M)
+_KERNEL = re.compile(r'^(?:__kernel void|extern "C" __global__ void)'
+                     r'(?: __launch_bounds__\(\d+, \d+\))? (\w+)\(', re.M)
 
 
 @pytest.mark.parametrize("cid,target,impl,f", COMPILED, ids=IDS)

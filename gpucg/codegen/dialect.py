@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DTypeError
 from ..half import HALF_DTYPES
+from .warp import CUDA_WARP, OPENCL_WARP
 
 _AXES = "xyz"
 
@@ -64,6 +65,66 @@ class Dialect:
     #: value another work-item of the group then writes need it (OpenCL's local-memory
     #: barrier orders local memory only; CUDA's __syncthreads orders both)
     barrier_global: str = ""
+    #: the warp-level operations (gpucg/codegen/warp.py): instructions or their emulation
+    warp: object = None
+
+    # -- warp-level operations: every work-item of the work-group calls them -------------------
+
+    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
+        """The helper functions of the warp operations a kernel uses: mma kinds, ldmatrix
+        (num, trans) variants and cp.async sizes (True: all of them)."""
+        return self.warp.helpers(mma, ldmatrix, cp_async)
+
+    def launch_bounds(self, threads: int, blocks: int) -> str:
+        """A kernel qualifier asking for ``blocks`` resident blocks of ``threads`` (CUDA's
+        __launch_bounds__: registers capped to fit); empty where the language has none."""
+        return self.warp.bounds(threads, blocks)
+
+    def warp_setup(self, nwarps: int, tid: str) -> str:
+        """Kernel-scope declarations the warp operations need (the emulation's scratch)."""
+        return self.warp.setup(nwarps, tid)
+
+    def smem(self, name: str, units: int) -> str:
+        """A 16-byte aligned shared array of ``units`` 16-bit units (tiles for the warp ops)."""
+        return self.warp.smem(name, units)
+
+    def mma(self, kind: str, c: str, a: str, b: str) -> str:
+        """c[0..3] += A * B for one warp tile: m16n8k16 (kind f16, bf16) or m16n8k8 (tf32)."""
+        return self.warp.mma(kind, c, a, b)
+
+    def to_tf32(self, regs: str, n: int) -> str:
+        """Round n float32 registers regs[0..n) to TF32 in place (cvt.rna.tf32.f32): a tf32
+        mma's operands, once per fragment rather than once per product."""
+        return self.warp.to_tf32(regs, n)
+
+    def store2(self, ptr: str, index: str, a: str, b: str, half) -> str:
+        """Store floats a, b at ptr[index], ptr[index + 1] in one access (float2, or two
+        16-bit floats rounded to nearest even); ptr + index must be aligned to the pair."""
+        fmt = self.half_format(half)
+        if fmt == "bfloat16":  # one 32-bit word of two rounded halves, the lower at index
+            u, g = self.utype(32), f"{self.global_ptr} " if self.global_ptr else ""
+            return (f"*({g}{u}*)({ptr} + {index}) = ({u})gpucg_f2bf({a}) | "
+                    f"(({u})gpucg_f2bf({b}) << 16);")
+        return self.warp.store2(ptr, index, a, b, fmt == "float16")
+
+    def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
+        """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""
+        return self.warp.ldmatrix(regs, num, trans, smem, off)
+
+    def cp_async(self, smem: str, off: str, src: str, nbytes: int, ok: str) -> str:
+        """Copy nbytes (4, 8, 16) from global src to smem + off, zeros where ok is false."""
+        return self.warp.cp_async(smem, off, src, nbytes, ok)
+
+    def cp_async_commit(self) -> str:
+        return self.warp.commit()
+
+    def cp_async_wait(self, n: int) -> str:
+        """Wait until at most n committed groups are pending (then a barrier publishes them)."""
+        return self.warp.wait(n)
+
+    @property
+    def unroll(self) -> str:
+        return self.warp.unroll
 
     def local_id(self, dim: int = 0) -> str:
         return self.local_id_fmt.format(axis=_AXES[dim], dim=dim)
@@ -224,6 +285,7 @@ CUDA = Dialect(
         "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
         "    return h;\n}\n"),
     barrier_global="__syncthreads();",
+    warp=CUDA_WARP,
 )
 
 OPENCL = Dialect(
@@ -259,6 +321,7 @@ OPENCL = Dialect(
         "    if ((u & 0x7FFFFFFFU) > 0x7F800000U) return (ushort)(((u >> 16) & 0x8000U) | 0x7FC0U);\n"
         "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n"),
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
+    warp=OPENCL_WARP,
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

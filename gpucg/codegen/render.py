@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..shape import DTYPES
 from . import literals
 from .dialect import Dialect
+from .warp import swizzle
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -266,7 +267,8 @@ def environment() -> jinja2.Environment:
     )
     env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
                        guard=guard, literal=_literal, inf_of=literals.inf_of,
-                       nan_of=literals.nan_of, lowest_of=_lowest, highest_of=_highest)
+                       nan_of=literals.nan_of, lowest_of=_lowest, highest_of=_highest,
+                       swizzle=swizzle)
     env.filters["block"] = block
     return env
 

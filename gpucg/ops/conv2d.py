@@ -21,6 +21,7 @@ from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, var
 from . import _epilogue
 from ._epilogue import ACTIVATIONS  # noqa: F401 (conv2d_winograd's attributes check it)
+from .dense import tf32_attr
 from ._window import choice, is_same, normalize_padding, out_size, pair, same_pads
 
 DTYPES = ("float16", "float32", "bfloat16")
@@ -42,6 +43,8 @@ class Conv2dAttrs:
         activation: None, "relu", "gelu", "gelu_tanh", "sigmoid" or "tanh", applied after alpha
             and the bias; alpha, beta: scales of the convolution and of the residual;
             residual_position: the residual is added "after" the activation or "before" it.
+        allow_tf32: float32 operands may be rounded to TF32 for tensor cores (None: the
+            GPUCG_ALLOW_TF32 knob, off by default).
     """
 
     strides: tuple = (1, 1)
@@ -55,8 +58,10 @@ class Conv2dAttrs:
     alpha: float = 1.0
     beta: float = 1.0
     residual_position: str = "after"
+    allow_tf32: bool | None = None
 
     def __post_init__(self):
+        object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
         object.__setattr__(self, "strides", pair("strides", self.strides, 1))
         object.__setattr__(self, "dilation", pair("dilation", self.dilation, 1))
         object.__setattr__(self, "padding", normalize_padding(self.padding))

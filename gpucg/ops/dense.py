@@ -23,6 +23,18 @@ from ._grads import dense_gradient, matmul_gradient
 DTYPES = ("float16", "float32", "float64", "bfloat16")
 
 
+def tf32_attr(value) -> bool:
+    """The allow_tf32 attribute: None takes GPUCG_ALLOW_TF32 (off unless set); else a bool
+    (0 and 1 too, as the command line passes them)."""
+    from .. import knobs
+
+    if value is None:
+        return bool(knobs.allow_tf32())
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return require_bool("allow_tf32", value)
+
+
 @dataclass(frozen=True)
 class DenseAttrs:
     """Attributes of dense: the epilogue (gpucg/ops/_epilogue.py) and the output dtype.
@@ -32,6 +44,8 @@ class DenseAttrs:
         out_dtype: the output dtype (None: the data's); float16, bfloat16, float32 or float64.
         alpha: scales the product; beta: scales the residual.
         residual_position: the residual is added "after" the activation or "before" it.
+        allow_tf32: float32 operands may be rounded to TF32 for tensor cores (None: the
+            GPUCG_ALLOW_TF32 knob, off by default).
     """
 
     activation: str | None = None
@@ -39,8 +53,10 @@ class DenseAttrs:
     alpha: float = 1.0
     beta: float = 1.0
     residual_position: str = "after"
+    allow_tf32: bool | None = None
 
     def __post_init__(self):
+        object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
         _epilogue.check_epilogue(self)
         if self.out_dtype is not None:
             object.__setattr__(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype", DTYPES))
@@ -48,17 +64,26 @@ class DenseAttrs:
 
 @dataclass(frozen=True)
 class MatmulAttrs:
-    """matmul has no attributes: NumPy's semantics decide everything."""
+    """matmul follows NumPy's semantics; allow_tf32: float32 operands may be rounded to TF32
+    for tensor cores (None: the GPUCG_ALLOW_TF32 knob, off by default)."""
+
+    allow_tf32: bool | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
 
 
 @dataclass(frozen=True)
 class BatchMatmulAttrs:
-    """Attributes of batch_matmul: whether a is (B, k, m) and b is (B, n, k)."""
+    """Attributes of batch_matmul: whether a is (B, k, m) and b is (B, n, k); allow_tf32 as
+    matmul's."""
 
     transpose_a: bool = False
     transpose_b: bool = False
+    allow_tf32: bool | None = None
 
     def __post_init__(self):
+        object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
         object.__setattr__(self, "transpose_a", require_bool("transpose_a", self.transpose_a))
         object.__setattr__(self, "transpose_b", require_bool("transpose_b", self.transpose_b))
 
@@ -249,7 +274,7 @@ for _op, _attrs in (("dense", DenseAttrs), ("matmul", MatmulAttrs),
 
 
 def dense(data, weight, bias=None, activation=None, out_dtype=None, *, residual=None, alpha=1.0,
-          beta=1.0, residual_position="after", target=None):
+          beta=1.0, residual_position="after", target=None, allow_tf32=None):
     """``alpha * data @ weight.T + bias``, activated, plus ``beta * residual`` (TVM's dense).
 
     Args:
@@ -261,24 +286,31 @@ def dense(data, weight, bias=None, activation=None, out_dtype=None, *, residual=
             (residual_position "after") or before it ("before"). Without a bias, a zero bias
             is passed.
         target: "cuda", "opencl", "numpy" or None for the default target.
+        allow_tf32: float32 operands may be rounded to TF32 for tensor cores (None: the
+            GPUCG_ALLOW_TF32 knob, off by default).
     """
     n = weight.shape[0] if len(weight.shape) == 2 else 0
     arrays = _epilogue.with_residual((data, weight), bias, residual, n, data.dtype)
     return call("dense", arrays, target=target, activation=activation, out_dtype=out_dtype,
-                alpha=alpha, beta=beta, residual_position=residual_position)
+                alpha=alpha, beta=beta, residual_position=residual_position,
+                **_tf32_kw(allow_tf32))
 
 
-def matmul(a, b, *, target=None):
+def _tf32_kw(allow_tf32) -> dict:
+    return {} if allow_tf32 is None else {"allow_tf32": allow_tf32}
+
+
+def matmul(a, b, *, target=None, allow_tf32=None):
     """The matrix product with NumPy's semantics (np.matmul): 1-D operands are promoted and
-    their unit axis dropped, batch dimensions broadcast."""
-    return call("matmul", (a, b), target=target)
+    their unit axis dropped, batch dimensions broadcast. allow_tf32 as dense's."""
+    return call("matmul", (a, b), target=target, **_tf32_kw(allow_tf32))
 
 
-def batch_matmul(a, b, transpose_a=False, transpose_b=False, *, target=None):
+def batch_matmul(a, b, transpose_a=False, transpose_b=False, *, target=None, allow_tf32=None):
     """Batched product of a (B, m, k) and b (B, k, n) (a batch of 1 broadcasts); with
-    transpose_a, a is (B, k, m); with transpose_b, b is (B, n, k)."""
+    transpose_a, a is (B, k, m); with transpose_b, b is (B, n, k); allow_tf32 as dense's."""
     return call("batch_matmul", (a, b), target=target, transpose_a=transpose_a,
-                transpose_b=transpose_b)
+                transpose_b=transpose_b, **_tf32_kw(allow_tf32))
 
 
 # -- gradients, written with registered operators (gpucg/ops/_grads.py) ---------------------------

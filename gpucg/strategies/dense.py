@@ -2,6 +2,9 @@
 
 Every call is a batched GEMM (gpucg.ops.dense.problem): B products of (m x k) by (k x n). GPU
 implementations, by plevel, with conditions over the symbolic sizes:
+  gemm_mma     20  (CUDA) tensor cores (strategies/gemm_mma.py): float16, and float32 with
+                   allow_tf32, when rows hold whole 16-byte chunks and m > 16; on OpenCL the
+                   twin at plevel 1 (forced only)
   gemv         15  m <= 16: one work-group per few output columns, K split over its work-items
                    and added in local memory (a GEMV when m is 1)
   gemm_splitk  14  B * m * n <= 2**18 and k >= 2048: too few output tiles to fill the device,
@@ -28,6 +31,7 @@ from ..ops.dense import DenseAttrs, problem
 from ..runtime.base import ceil_div
 from ..strategy import Strategy
 from .gemm_tile import gemm_space, work_group
+from . import gemm_mma
 
 GEMV_MAX_M = 16
 SPLITK_MAX_MN = 2 ** 18
@@ -113,6 +117,22 @@ def _splitk_run(ctx, partial, reduce) -> None:
            grid=ceil_div(total, wg), block=wg)
 
 
+def _mma_run(ctx, gemm) -> None:
+    m, n, k, nb, args = _sizes(ctx)
+    c, s = ctx.config, ctx.size
+    grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
+    threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
+    out = ctx.outputs[0]
+    flags = gemm_mma.vector_ok(ctx, m, n, k) | gemm_mma.pairs_ok(out, n) << 1
+    gemm(*ctx.inputs, out, s(m), s(n), s(k), *args, np.int32(flags), grid=grid, block=threads)
+
+
+GEMM_MMA = kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
+    "dense/gemm_mma.j2", doc="tensor-core tiles (mma.sync, ldmatrix, cp.async stages), the "
+    "fused epilogue",
+    low_occupancy=lambda p: ("TF32 on sm_90 needs 140 registers a thread for its 8 warps of "
+                             "32 x 32 (capped at 128 by __launch_bounds__ it spills): one block "
+                             "an SM" if p.get("kind") == "tf32" else "")))
 GEMM_TILED = kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
     "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue"))
 GEMV = kernel_impl("gemv", _gemv_run, gemv=Kernel(
@@ -191,6 +211,8 @@ def gpu_strategy(op: str):
         m, n, k, nb = (sympy.sympify(v) for v in (p.m, p.n, p.k, p.nb))
         mr = max(int(m), 1) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
         s = Strategy(target)
+        gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
+                       target, GEMV_MAX_M)
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes,
                                vector and p.a_k_major and p.b_k_major, target.on_cpu))
