@@ -303,6 +303,8 @@ class CompiledOp:
         outs = result if isinstance(result, tuple) else (result,)
         fixed = []
         for out, shape, dtype in zip(outs, out_shapes, self._out_dtypes):
+            if isinstance(out, np.generic):  # NumPy returns scalars for 0-d results
+                out = np.asarray(out)
             if out.shape != shape:
                 raise StrategyError(f"{impl.name} returned shape {tuple(out.shape)} for an output "
                                     f"of shape {tuple(shape)}")

@@ -9,7 +9,7 @@ import numpy as np
 from ..codegen import CUDA
 from ..errors import CompileError, LaunchError, TargetUnavailableError
 from .. import counters as stats
-from .base import Backend, Program
+from .base import Backend, Program, c_contiguous
 from .cache import cache_key
 
 
@@ -126,7 +126,7 @@ class CudaBackend(Backend):
 
     def to_device(self, array):
         self._require()
-        return self.cupy.asarray(np.ascontiguousarray(array))
+        return self.cupy.asarray(c_contiguous(np.asarray(array)))
 
     def to_host(self, array):
         if isinstance(array, np.ndarray):
@@ -137,7 +137,7 @@ class CudaBackend(Backend):
         return self._ready and isinstance(array, self.cupy.ndarray)
 
     def contiguous(self, array):
-        return self.cupy.ascontiguousarray(array)
+        return c_contiguous(array, self.cupy)
 
     def synchronize(self) -> None:
         if self._ready:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Backend
+from .base import Backend, c_contiguous
 
 
 class NumpyBackend(Backend):
@@ -27,4 +27,4 @@ class NumpyBackend(Backend):
         return isinstance(array, np.ndarray)
 
     def contiguous(self, array):
-        return np.ascontiguousarray(array)
+        return c_contiguous(np.asarray(array))
