@@ -20,7 +20,7 @@ import time
 from multiprocessing.connection import Connection, wait
 
 from .measure import Measurer, Result, Task
-from ..records.store import TuneError
+from ..errors import TuneError
 
 STARTUP_TIMEOUT_S = 180.0
 
