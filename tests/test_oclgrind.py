@@ -1,7 +1,7 @@
 """Every implementation of every operator under Oclgrind, a simulated GPU that checks every
 memory access: its "small" Cases, forced with impl=, 32-bit indexing on every case and 64-bit
 on the first, with data-race and API checks. Zero reports, results equal to NumPy, and the
-global memory traffic of the implementations a GPU selects no worse than tests/resources.json.
+global memory traffic of the implementations a GPU selects no worse than tests/resources/.
 """
 
 import subprocess
@@ -15,7 +15,7 @@ import gpucg
 from gpucg.verify import oclgrind
 from gpucg.verify.baseline import compare_traffic, load, traffic_key
 
-BASELINE = Path(__file__).parent / "resources.json"
+BASELINE = Path(__file__).parent / "resources"  # one file per operator family
 
 LOG = """
 Read-write data race at global memory address 0x5000000000008
