@@ -100,8 +100,6 @@ class OpDef:
 
     def make_attrs(self, **kwargs):
         """Validated attributes from keyword arguments; unknown names are an error."""
-        if isinstance(kwargs.get("_attrs"), self.attrs):
-            return kwargs["_attrs"]
         names = [f.name for f in dataclasses.fields(self.attrs)]
         unknown = [k for k in kwargs if k not in names]
         if unknown:
