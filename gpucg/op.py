@@ -56,6 +56,9 @@ class Case:
     attrs: dict = field(default_factory=dict)
     kind: str = "bench"
     label: str = ""
+    #: ``{implementation: reason}``: implementations the Oclgrind check does not simulate on
+    #: this case (they must be simulated on another case of the operator)
+    not_simulated: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.kind not in ("bench", "small"):
