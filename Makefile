@@ -47,11 +47,13 @@ test: $(PY) opencl-runtime oclgrind
 	@$(MAKE) --no-print-directory torch-cpu
 	GPUCG_REQUIRE=opencl,nvrtc,oclgrind GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m pytest -q
 
-# Rewrite tests/resources.json, the figures tests/test_resources.py and tests/test_oclgrind.py
-# compare against (ptxas resources of every default config, Oclgrind traffic); review its diff.
+# Rewrite tests/resources/FAMILY.json, the figures tests/test_resources.py and
+# tests/test_oclgrind.py compare against (ptxas resources of every default config, Oclgrind
+# traffic), one file per operator family; FAMILY=dense rewrites one family's. Review the diff.
 resources-json: $(PY) opencl-runtime oclgrind
 	$(PY) -m pip install -q -e ".[test]"
-	GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m gpucg.verify.baseline tests/resources.json
+	GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m gpucg.verify.baseline tests/resources \
+		$(if $(FAMILY),--family $(FAMILY))
 
 bench: $(PY) opencl-runtime
 	$(PY) -m pip install -q -e ".[opencl]"

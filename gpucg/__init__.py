@@ -13,8 +13,9 @@ Quick start::
 from .version import __version__
 from . import counters as _counters
 from .errors import (AttrError, BackendUnavailableError, CompileError, ConditionError,
-                     DTypeError, GpucgError, InputError, LaunchError, OpError, ResourceError,
-                     SignatureError, StrategyError, TargetError, TargetUnavailableError)
+                     DTypeError, GpucgError, InputError, LaunchError, OpError, RecordsError,
+                     ResourceError, SignatureError, StrategyError, TargetError,
+                     TargetUnavailableError, TuneError)
 from .shape import DTYPES, TensorType, tensor, var
 from .condition import SpecializedCondition
 from .target import Target, default_target, register_target_kind, targets
@@ -22,7 +23,7 @@ from .generic_func import GenericFunc
 from .implementation import Excluded, Implementation, Kernel, host_impl, kernel_impl
 from .strategy import Strategy
 from .op import (Case, KernelInfo, OpPattern, get_op, list_ops, register_gradient, register_op,
-                 register_schedule, register_strategies, register_strategy)
+                 register_strategies, register_strategy)
 from .compiled import CompiledOp, compile, explain  # noqa: A004
 from .autodiff import grad
 from .verify.resources import resources
@@ -44,12 +45,13 @@ def stats(reset: bool = False) -> dict:
 __all__ = [
     "AttrError", "BackendUnavailableError", "Case", "CompileError", "CompiledOp", "ConditionError",
     "DTYPES", "DTypeError", "Excluded", "GenericFunc", "GpucgError", "Implementation",
-    "InputError", "Kernel", "KernelInfo", "LaunchError", "OpError", "OpPattern", "ResourceError",
+    "InputError", "Kernel", "KernelInfo", "LaunchError", "OpError", "OpPattern", "RecordsError",
+    "ResourceError",
     "SignatureError", "SpecializedCondition", "Strategy", "StrategyError", "Target",
-    "TargetError", "TargetUnavailableError", "TensorType", "__version__", "compile",
+    "TargetError", "TargetUnavailableError", "TensorType", "TuneError", "__version__", "compile",
     "default_target", "explain", "get_op", "grad", "host_impl", "kernel_impl", "list_ops", "ops",
     "register_broadcast_schedule", "register_gradient", "register_injective_schedule",
     "register_op",
-    "register_reduce_schedule", "register_schedule", "register_strategies", "register_strategy",
+    "register_reduce_schedule", "register_strategies", "register_strategy",
     "register_target_kind", "resources", "stats", "targets", "tensor", "tune", "var",
 ]

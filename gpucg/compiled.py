@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -105,8 +106,18 @@ def _bad_input(message):
     raise InputError(message)
 
 
-def _plan(index, inputs, out_shapes, wide, host):
-    return index, out_shapes, wide
+class Plan(NamedTuple):
+    """What the dispatcher decided for one call's arrays: the choice to run, the output
+    shapes, 64-bit indexing, and whether NumPy inputs go to the device (and results back)."""
+
+    index: int
+    out_shapes: tuple
+    wide: bool
+    host: bool
+
+
+def _plan(index, inputs, out_shapes, wide, host) -> Plan:  # the dispatcher's last step
+    return Plan(index, out_shapes, wide, host)
 
 
 class CompiledOp:
@@ -123,9 +134,26 @@ class CompiledOp:
 
     def __init__(self, op_name: str, input_types, target=None, records=None, impl=None,
                  index: str = "auto", config=None, **attrs):
-        self.op = get_op(op_name)
-        self.attrs = self.op.make_attrs(**attrs)
-        self.input_types = tuple(input_types)
+        op = get_op(op_name)
+        self._setup(op, op.make_attrs(**attrs), input_types, target, records, impl, index,
+                    config)
+
+    @classmethod
+    def with_attrs(cls, op_name: str, input_types, attrs, target=None, records=None,
+                   impl=None, index: str = "auto", config=None) -> "CompiledOp":
+        """As ``CompiledOp(op_name, input_types, ..., **attrs)``, from the operator's
+        attributes object (``get_op(op_name).make_attrs(...)``, already validated: the eager
+        path and the tuner have one)."""
+        op = get_op(op_name)
+        if not isinstance(attrs, op.attrs):
+            raise InputError(f"{op_name}: attrs={describe(attrs)} must be a {op.attrs.__name__}"
+                             f" (gpucg.get_op({op_name!r}).make_attrs(...))")
+        self = cls.__new__(cls)
+        self._setup(op, attrs, input_types, target, records, impl, index, config)
+        return self
+
+    def _setup(self, op, attrs, input_types, target, records, impl, index, config) -> None:
+        op_name, self.op, self.attrs, self.input_types = op.name, op, attrs, tuple(input_types)
         for i, t in enumerate(self.input_types):
             if not isinstance(t, TensorType):
                 raise InputError(f"input {i} of {op_name}={describe(t)} must be a gpucg.tensor(...)")
@@ -153,13 +181,11 @@ class CompiledOp:
         wide = {"auto": None, "int32": False, "int64": True}[index]
         self.dispatcher_source = _dispatch.generate(self.selection, names, checks, wide)
         code = builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec")
-        common = {"_bad_dim": _bad_dim, "_bad_input": _bad_input}
-        run_ns = dict(common, _inputs=self._inputs, _run=self._run)
-        plan_ns = dict(common, _inputs=self._check_inputs, _run=_plan)
-        exec(code, run_ns)
-        exec(code, plan_ns)
-        self._dispatch = run_ns["dispatch"]
-        self._plan = plan_ns["dispatch"]
+        # the dispatcher checks a call's arrays and decides; it returns the Plan that run takes
+        ns = {"_bad_dim": _bad_dim, "_bad_input": _bad_input, "_inputs": self._check_inputs,
+              "_run": _plan}
+        exec(code, ns)
+        self._plan = ns["dispatch"]
         self._programs: dict = {}
         self._specs: dict = {}
         self._out_dtypes = tuple(np.dtype(t.dtype) for t in self.output_types)
@@ -236,8 +262,9 @@ class CompiledOp:
 
     @property
     def dispatcher(self):
-        """The function compiled from :attr:`dispatcher_source`: what a call runs."""
-        return self._dispatch
+        """The function compiled from :attr:`dispatcher_source`: it checks a call's arrays and
+        returns the :class:`Plan` that :meth:`run` carries out."""
+        return self._plan
 
     # -- running ----------------------------------------------------------------------------
     def program(self, index: int, key: str, wide: bool):
@@ -280,11 +307,19 @@ class CompiledOp:
         return tuple(backend.to_device(x) if device and isinstance(x, np.ndarray)
                      else backend.contiguous(x) for x in arrays)
 
-    def _inputs(self, *arrays):
-        arrays, host = self._check_inputs(*arrays)
-        return self.prepare(arrays), host
+    def plan(self, *native_arrays) -> Plan:
+        """What the dispatcher picks for these arrays (NumPy or of the target), checked
+        against the signature, without running anything. A plan holds for any arrays of the
+        same dtypes and shapes: callers that memoize it (the eager path) skip the checks."""
+        return self._plan(*native_arrays)
 
-    def _run(self, index: int, inputs, out_shapes, wide: bool, host: bool):
+    def run(self, plan: Plan, *native_arrays):
+        """Run a plan on arrays (those it was made for, or of the same dtypes and shapes):
+        NumPy inputs go to the device and the results come back as NumPy arrays."""
+        return self._execute(plan.index, self.prepare(native_arrays), plan.out_shapes,
+                             plan.wide, plan.host)
+
+    def _execute(self, index: int, inputs, out_shapes, wide: bool, host: bool):
         ctx = RunContext(self, index, inputs, out_shapes, wide)
         impl = ctx.impl
         self.last_impl = impl.name
@@ -303,6 +338,7 @@ class CompiledOp:
         outs = result if isinstance(result, tuple) else (result,)
         fixed = []
         for out, shape, dtype in zip(outs, out_shapes, self._out_dtypes):
+            out = np.asarray(out)  # NumPy returns scalars for 0-d results
             if out.shape != shape:
                 raise StrategyError(f"{impl.name} returned shape {tuple(out.shape)} for an output "
                                     f"of shape {tuple(shape)}")
@@ -316,7 +352,7 @@ class CompiledOp:
                                  f"got {len(arrays)}")
         require_usable(self.target)
         native, _, framework = ingest_all(arrays, self.op.input_names, self.op.name)
-        out = self._dispatch(*native)
+        out = self.run(self._plan(*native), *native)
         if framework is None:
             return out
         return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)
@@ -325,14 +361,9 @@ class CompiledOp:
         """A function of no arguments that runs this operator on arrays of its target, with
         the dispatcher's checks done once, here (timing loops: the tuner). It returns the
         outputs as a call does."""
-        index, out_shapes, wide = self._plan(*native_arrays)
+        plan = self._plan(*native_arrays)
         inputs = self.prepare(native_arrays)
-        return lambda: self._run(index, inputs, out_shapes, wide, False)
-
-    def plan(self, *native_arrays):
-        """(choice index, output shapes, 64-bit indexing) the dispatcher picks for these
-        arrays, without running anything."""
-        return self._plan(*native_arrays)
+        return lambda: self._execute(plan.index, inputs, plan.out_shapes, plan.wide, False)
 
 
 def compile(op: str, *input_types, target=None, records=None, impl=None, index="auto",  # noqa: A001

@@ -81,8 +81,8 @@ def call(op_name: str, arrays, target=None, **attrs):
     fast = _fast_key(op_name, arrays, target, attrs)
     hit = _FAST.get(fast) if fast is not None else None
     if hit is not None:
-        compiled, index, out_shapes, wide, host = hit
-        return compiled._run(index, compiled.prepare(arrays), out_shapes, wide, host)
+        compiled, plan = hit
+        return compiled.run(plan, *arrays)
     op = get_op(op_name)
     op.check_count(len(arrays))
     attrs_obj = op.make_attrs(**attrs)
@@ -98,18 +98,17 @@ def call(op_name: str, arrays, target=None, **attrs):
     key = (op_name, attrs_obj, types, str(target))
     compiled = _COMPILED.get(key)
     if compiled is None:
-        compiled = CompiledOp(op_name, types, target=target, _attrs=attrs_obj)
+        compiled = CompiledOp.with_attrs(op_name, types, attrs_obj, target=target)
         _remember(_COMPILED, key, compiled)
     else:
         with _lock:
             if key in _COMPILED:
                 _COMPILED.move_to_end(key)
     if fast is not None:
-        index, out_shapes, wide = compiled.plan(*native)
-        host = target.backend != "numpy"
-        _remember(_FAST, fast, (compiled, index, out_shapes, wide, host))
-        return compiled._run(index, compiled.prepare(native), out_shapes, wide, host)
-    out = compiled._dispatch(*native)
+        plan = compiled.plan(*native)
+        _remember(_FAST, fast, (compiled, plan))
+        return compiled.run(plan, *native)
+    out = compiled.run(compiled.plan(*native), *native)
     if framework is None:
         return out
     return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)

@@ -29,6 +29,14 @@ class SignatureError(InputError):
     """Call arguments do not fit a compiled operator's signature (count, rank, dtype, sizes)."""
 
 
+class RecordsError(InputError):
+    """A records file that cannot be read or written (a directory, no permission)."""
+
+
+class TuneError(GpucgError):
+    """Tuning could not go on (a measuring worker cannot start)."""
+
+
 class TargetError(GpucgError, ValueError):
     """A target string cannot be parsed or names an unknown kind."""
 

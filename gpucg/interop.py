@@ -88,6 +88,8 @@ def ingest(x, name: str, op: str):
     kind = native_kind(x)
     if kind is not None:
         return x, kind, None
+    if isinstance(x, np.generic):  # a NumPy scalar (np.float32(2)) is a 0-d array
+        return np.asarray(x), "numpy", None
     root = (type(x).__module__ or "").split(".")[0]
     framework = Framework(root, x)
     if hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__"):

@@ -56,6 +56,9 @@ class Case:
     attrs: dict = field(default_factory=dict)
     kind: str = "bench"
     label: str = ""
+    #: ``{implementation: reason}``: implementations the Oclgrind check does not simulate on
+    #: this case (they must be simulated on another case of the operator)
+    not_simulated: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.kind not in ("bench", "small"):
@@ -100,8 +103,6 @@ class OpDef:
 
     def make_attrs(self, **kwargs):
         """Validated attributes from keyword arguments; unknown names are an error."""
-        if isinstance(kwargs.get("_attrs"), self.attrs):
-            return kwargs["_attrs"]
         names = [f.name for f in dataclasses.fields(self.attrs)]
         unknown = [k for k in kwargs if k not in names]
         if unknown:
@@ -147,7 +148,7 @@ class NoAttrs:
 
 
 def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: Callable,
-                pattern: OpPattern, reference: Callable, input_names=None, kernel_info=None,
+                reference: Callable, pattern: OpPattern = OpPattern.OPAQUE, input_names=None, kernel_info=None,
                 doc: str = "", override: bool = False, constraints: Callable | None = None,
                 optional_inputs: int = 0, example: Callable | None = None,
                 static_axes: Callable | None = None, cases: Callable | None = None) -> OpDef:
@@ -158,8 +159,10 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
         attrs: a frozen dataclass whose ``__post_init__`` validates the attributes.
         num_inputs: how many tensors it takes.
         type_rel: (input types, attrs) -> output type or tuple of output types.
-        pattern: an :class:`OpPattern`.
         reference: NumPy reference, ``reference(*arrays, attrs) -> array or tuple``.
+        pattern: an :class:`OpPattern`, how the outputs depend on the inputs. Descriptive:
+            ``gpucg ops`` prints it and nothing selects by it; OPAQUE (nothing claimed) unless
+            given.
         input_names: names of the inputs (default x0, x1...).
         constraints: ``(input_types, attrs) -> [Constraint]``, size rules to check when the
             sizes are known (at compile time, or in the generated dispatcher).
@@ -222,12 +225,6 @@ def register_strategy(op_name: str, keys, func: Callable | None = None, override
     """Register a strategy function ``(attrs, input_types, out_types, target) -> Strategy``
     for target keys; usable as a decorator."""
     return get_op(op_name).strategy.register(keys, func, override=override)
-
-
-def register_schedule(op_name: str, keys, func: Callable | None = None, override: bool = False):
-    """Register a custom strategy for an operator (TVM's register_schedule): same as
-    :func:`register_strategy`."""
-    return register_strategy(op_name, keys, func, override)
 
 
 def register_strategies(table: dict, override: bool = False) -> None:

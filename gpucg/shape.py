@@ -128,7 +128,7 @@ def simplify_dim(value):
 def normalize_axis(axis: int, ndim: int, arg: str = "axis") -> int:
     """``axis`` in 0..ndim-1, or InputError naming the allowed range."""
     if not -ndim <= axis < ndim:
-        allowed = f"{-ndim}..{ndim - 1}" if ndim else "none (the input is 0-d; use axis=None)"
+        allowed = f"{-ndim}..{ndim - 1}" if ndim else "none (the input is 0-d, as in NumPy)"
         raise InputError(f"{arg}={axis} is out of range for an input of rank {ndim}; allowed: {allowed}")
     return axis % ndim
 

@@ -87,7 +87,11 @@ class ConfigSpace:
                 yield cfg
 
     def __len__(self) -> int:
+        """How many configs the space holds (it enumerates them: not for hot paths)."""
         return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return True  # the default is always in the space; `space or ...` must not count it
 
     def __repr__(self) -> str:
         return f"ConfigSpace({self.knobs}, default={self.default.short()})"

@@ -46,7 +46,8 @@ class Strategy:
             params: Mapping | None = None, info=None, options: tuple = ()) -> Implementation:
         """Offer a declared implementation for this call."""
         impl = Implementation(self._name(decl), plevel, decl.run, decl.kernels, condition,
-                              space or ConfigSpace(), params or {}, info, options)
+                              space if space is not None else ConfigSpace(), params or {}, info,
+                              options)
         self.implementations.append(impl)
         self.order.append(impl.name)
         return impl

@@ -108,19 +108,25 @@ def implementations(op, types, target, attrs) -> list[str]:
     return [c.name.rsplit(".", 1)[0] for c in sel.candidates if c.verdict != "excluded"]
 
 
+@pytest.fixture(scope="session")
 def compiled_ops():
-    """(case id, target, implementation, CompiledOp) of every implementation of every call."""
-    for cid, op, types, attrs in CALLS:
-        for target in TARGETS:
+    """(case id, target) -> [(implementation, CompiledOp)] of every implementation of the
+    call, built when a test first asks (not at import: collection stays fast)."""
+    memo: dict = {}
+
+    def get(cid, target):
+        if (cid, target) not in memo:
+            _, op, types, attrs = next(c for c in CALLS if c[0] == cid)
             impls = implementations(op, types, target, attrs)
             assert impls, (cid, target)
-            for impl in impls:
-                yield cid, target, impl, gpucg.compile(op, *types, target=target, impl=impl,
-                                                       **attrs)
+            memo[cid, target] = [(impl, gpucg.compile(op, *types, target=target, impl=impl,
+                                                      **attrs)) for impl in impls]
+        return memo[cid, target]
+    return get
 
 
-COMPILED = list(compiled_ops())
-IDS = [f"{cid}-{target}-{impl}" for cid, target, impl, _ in COMPILED]
+CASES = [(c[0], target) for c in CALLS for target in TARGETS]
+IDS = [f"{cid}-{target}" for cid, target in CASES]
 
 
 # -- reading C ------------------------------------------------------------------------------
@@ -253,8 +259,13 @@ _KERNEL = re.compile(r'^(?:__kernel void|extern "C" __global__ void)'
                      r'(?: __launch_bounds__\(\d+, \d+\))? (\w+)\(', re.M)
 
 
-@pytest.mark.parametrize("cid,target,impl,f", COMPILED, ids=IDS)
-def test_entries_and_headers(cid, target, impl, f):
+@pytest.mark.parametrize("cid,target", CASES, ids=IDS)
+def test_entries_and_headers(cid, target, compiled_ops):
+    for impl, f in compiled_ops(cid, target):
+        _entries_and_headers(target, impl, f)
+
+
+def _entries_and_headers(target, impl, f):
     sources = f.sources
     assert any(key.endswith("@i64") for key in sources) and any("@" not in key for key in sources)
     for wide in (False, True):
@@ -282,14 +293,15 @@ def test_entries_and_headers(cid, target, impl, f):
         assert len(entries) == len(set(entries))
 
 
-@pytest.mark.parametrize("cid,target,impl,f", COMPILED, ids=IDS)
-def test_no_noise(cid, target, impl, f):
-    for key, src in f.sources.items():
-        assert "#define" not in src and "#undef" not in src, key
-        assert not re.search(r"\{\{|\{%|\{#|#\}|%\}", src), key
-        assert noise(src) == [], key
-        assert unused(src) == [], key
-        assert layout(src) == [], key
+@pytest.mark.parametrize("cid,target", CASES, ids=IDS)
+def test_no_noise(cid, target, compiled_ops):
+    for impl, f in compiled_ops(cid, target):
+        for key, src in f.sources.items():
+            assert "#define" not in src and "#undef" not in src, key
+            assert not re.search(r"\{\{|\{%|\{#|#\}|%\}", src), key
+            assert noise(src) == [], key
+            assert unused(src) == [], key
+            assert layout(src) == [], key
 
 
 def dispatcher_artifacts(src: str) -> list[str]:
@@ -315,9 +327,9 @@ def dispatcher_artifacts(src: str) -> list[str]:
 
 @pytest.mark.parametrize("cid,op,types,attrs", CALLS, ids=[c[0] for c in CALLS])
 @pytest.mark.parametrize("target", TARGETS)
-def test_dispatcher_reads_as_written(cid, op, types, attrs, target):
+def test_dispatcher_reads_as_written(cid, op, types, attrs, target, compiled_ops):
     sources = [gpucg.compile(op, *types, target=target, **attrs).dispatcher_source]
-    sources += [f.dispatcher_source for c, t, _, f in COMPILED if c == cid and t == target]
+    sources += [f.dispatcher_source for _, f in compiled_ops(cid, target)]
     for src in sources:
         assert dispatcher_artifacts(src) == [], src
         compile(src, "<dispatcher>", "exec")

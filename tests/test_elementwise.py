@@ -122,6 +122,24 @@ def test_where_and_scalars(target):
           np.where(x > 0, x, 0))
 
 
+def test_zero_d_inputs(target):
+    """Every elementwise operator, where and fused on 0-d arrays and NumPy scalars: a 0-d
+    result, as NumPy gives (rank 0 once became (1,) between the call and the host run)."""
+    for op in UNARY + BINARY:
+        for dtype in ("float32", "int16"):
+            n = 1 if op in UNARY else 2
+            run_case(target, op, [dtype] * n, [()] * n)
+    run_case(target, "where", ["bool", "float32", "float32"], [(), (), ()])
+    run_case(target, "add", ["float32", "float32"], [(), (3,)])  # 0-d broadcasts
+    a, b = np.float32(2), np.float32(3)
+    got = gpucg.ops.add(a, b, target=target)
+    assert type(got) is np.ndarray and got.shape == () and got == 5
+    x, y = gpucg.ops.placeholders(2)
+    p, q = sample((), "float32"), sample((), "float64")
+    check(gpucg.ops.fused(gpucg.ops.maximum(x * 2.0, y))(p, q, target=target),
+          np.maximum(p * np.float32(2), q))
+
+
 def test_integer_wraparound_and_negative_powers(target):
     a = np.array([127, -128, 100, 3, -1, 1, 0, 2], np.int8)
     b = np.array([1, -1, 2, 5, -3, -4, -2, -1], np.int8)
@@ -194,10 +212,16 @@ def test_fused_expressions(target):
        dtypes=st.tuples(st.sampled_from(NUMPY_DTYPES[1:]), st.sampled_from(NUMPY_DTYPES[1:])),
        index=st.sampled_from(["int32", "int64"]))
 def test_hypothesis_broadcast_chains(sa, sb, ops, dtypes, index):
-    """Random shapes that broadcast (sizes of 1 sprinkled in) and random chains."""
+    """Random shapes that broadcast (sizes of 1 sprinkled in, rank 0 among them) and random
+    chains, on NumPy and OpenCL."""
     from conftest import backend_or_skip
 
+    _broadcast_chain("numpy", sa, sb, ops, dtypes, index)
     backend_or_skip("opencl")
+    _broadcast_chain("opencl", sa, sb, ops, dtypes, index)
+
+
+def _broadcast_chain(target, sa, sb, ops, dtypes, index):
     shape = [max(p, q) for p, q in itertools.zip_longest(sa[::-1], sb[::-1], fillvalue=1)][::-1]
     sa = [d if d == shape[len(shape) - len(sa) + i] else 1 for i, d in enumerate(sa)]
     sb = [d if d == shape[len(shape) - len(sb) + i] else 1 for i, d in enumerate(sb)]
@@ -208,7 +232,7 @@ def test_hypothesis_broadcast_chains(sa, sb, ops, dtypes, index):
         e, want = getattr(gpucg.ops, op)(e, y), numpy_op(op, [want, b], {})
     types = [gpucg.tensor(v.shape, v.dtype.name) for v in (a, b)]
     try:
-        f = gpucg.compile("fused", *types, expr=str(e), target="opencl", index=index)
+        f = gpucg.compile("fused", *types, expr=str(e), target=target, index=index)
     except gpucg.DTypeError:
         return  # NumPy has no loop (bool subtract): refused at compile time
     check(f(a, b), want)

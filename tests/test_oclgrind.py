@@ -1,7 +1,7 @@
 """Every implementation of every operator under Oclgrind, a simulated GPU that checks every
 memory access: its "small" Cases, forced with impl=, 32-bit indexing on every case and 64-bit
 on the first, with data-race and API checks. Zero reports, results equal to NumPy, and the
-global memory traffic of the implementations a GPU selects no worse than tests/resources.json.
+global memory traffic of the implementations a GPU selects no worse than tests/resources/.
 """
 
 import subprocess
@@ -15,7 +15,7 @@ import gpucg
 from gpucg.verify import oclgrind
 from gpucg.verify.baseline import compare_traffic, load, traffic_key
 
-BASELINE = Path(__file__).parent / "resources.json"
+BASELINE = Path(__file__).parent / "resources"  # one file per operator family
 
 LOG = """
 Read-write data race at global memory address 0x5000000000008
@@ -95,10 +95,17 @@ def test_every_implementation_under_oclgrind(oclgrind_or_skip):
     took = time.perf_counter() - t0
     bad = [r.describe() for r in results if not r.ok]
     slowest = sorted(results, key=lambda r: -r.seconds)[:3]
+    peaks: dict = {}  # worker -> (peak resident bytes, the call that reached it)
+    for r in results:
+        if r.worker and r.peak_rss > peaks.get(r.worker, (0, ""))[0]:
+            peaks[r.worker] = (r.peak_rss, f"{r.task.op}/{r.impl}")
     print(f"\nOclgrind: {len(results)} calls in {took:.0f} s, {len(bad)} with reports or wrong "
           "results; slowest: " + "; ".join(f"{r.task.op}/{r.impl} {r.seconds:.1f} s"
                                          for r in slowest))
+    print("peak resident memory per worker: " + "; ".join(
+        f"{w} {b / 2**20:.0f} MiB (at {at})" for w, (b, at) in sorted(peaks.items())))
     assert not bad, "\n\n".join(bad)
+    assert peaks and max(b for b, _ in peaks.values()) <= oclgrind.MEMORY_BYTES
     impls = {(t.op, t.impl) for t in tasks}
     for name in gpucg.list_ops():  # every kernel implementation a GPU may run was forced
         for case in gpucg.get_op(name).representative("small"):

@@ -223,7 +223,8 @@ def _hypothesis_case(target, data, dtypes):
                             .filter(lambda s: np.prod(s) <= 100_000)))
     op = data.draw(st.sampled_from(OPS))
     if op in ("argmax", "argmin"):
-        axis = data.draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1))) if ndim else None
+        # a 0-d input also takes axis 0 and -1 here, as np.argmax's does
+        axis = data.draw(st.one_of(st.none(), st.integers(-max(ndim, 1), max(ndim, 1) - 1)))
     else:
         axis = data.draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1) if ndim else st.none(),
                                    st.sets(st.integers(0, ndim - 1)).map(tuple) if ndim
@@ -232,7 +233,8 @@ def _hypothesis_case(target, data, dtypes):
     dtype = data.draw(st.sampled_from(dtypes))
     x = make(shape, dtype, np.random.default_rng(ndim), op)
     got = getattr(gpucg.ops, op)(x, axis=axis, keepdims=keepdims, target=target)
-    check(got, reference(op, x, axis=axis, keepdims=keepdims), x, f"{op} {shape} {axis}")
+    want = reference(op, x, axis=axis if ndim else None, keepdims=keepdims)
+    check(got, want, x, f"{op} {shape} {axis}")
 
 
 @settings(max_examples=40, deadline=None)
@@ -264,6 +266,26 @@ def test_bad_input(op, kwargs, err, match):
         getattr(gpucg.ops, op)(np.ones((2, 3), np.float32), target="numpy", **kwargs)
     with pytest.raises(gpucg.AttrError, match="unknown attribute 'dtype'"):
         gpucg.compile("sum", gpucg.tensor((2, 3), "float32"), dtype="int8", target="numpy")
+
+
+def test_zero_d(target):
+    """0-d inputs as NumPy takes them: every reduction reduces nothing (axis None, or 0 and -1
+    for argmax and argmin), an axis np.sum rejects is an InputError naming the rank; scans
+    and argsort see the one-element view, sort and softmax have no axis to work along."""
+    x = np.array(-2.5, np.float32)
+    for op in OPS:
+        check(getattr(gpucg.ops, op)(x, target=target), reference(op, x), x, op)
+    for axis in (0, -1):
+        assert gpucg.ops.argmin(x, axis=axis, target=target).shape == ()
+        np.testing.assert_array_equal(gpucg.ops.cumsum(x, axis=axis, target=target), [-2.5])
+    np.testing.assert_array_equal(gpucg.ops.argsort(x, target=target), [0])
+    with pytest.raises(gpucg.InputError, match=r"sum: axis=0 is out of range for an input of "
+                                               r"rank 0; allowed: none \(the input is 0-d"):
+        gpucg.ops.sum(x, axis=0, target=target)
+    for op in ("sort", "softmax"):
+        with pytest.raises(gpucg.InputError, match=r"axis=-1 is out of range for an input of "
+                                                   "rank 0"):
+            getattr(gpucg.ops, op)(x, target=target)
 
 
 def test_bad_dtype_names_the_allowed():

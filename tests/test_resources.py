@@ -1,7 +1,7 @@
 """Resources and occupancy from ptxas, with no GPU: the calculator against hand-worked figures,
 ptxas's report, and every default config of every implementation of every operator (its
 "bench" Cases) on sm_80 and sm_90: the launch fits, no undeclared spills or occupancy below
-25%, and nothing worse than the checked-in tests/resources.json.
+25%, and nothing worse than the checked-in tests/resources/FAMILY.json.
 """
 
 import json
@@ -16,10 +16,12 @@ import gpucg
 from gpucg import cli
 from gpucg.space import ConfigSpace
 from gpucg.verify import nvrtc, resources as res
-from gpucg.verify.baseline import (compare_resources, collect_resources, load, REGISTER_SLACK)
+from gpucg.builtin import families
+from gpucg.verify.baseline import (compare_resources, collect_resources, family_of, load,
+                                   REGISTER_SLACK)
 from gpucg.verify.occupancy import limits, max_block, occupancy
 
-BASELINE = Path(__file__).parent / "resources.json"
+BASELINE = Path(__file__).parent / "resources"  # one file per operator family
 
 
 @pytest.mark.parametrize("arch,regs,smem,block,blocks,warps,limiter", [
@@ -112,8 +114,8 @@ def test_no_regression_against_the_checked_in_file(nvrtc_or_skip, bench_rows):
     known = [(k, r) for k, r in bench_rows if k in baseline]
     new = sorted(k for k, _ in bench_rows if k not in baseline)
     if new:  # another operator's kernels, merged before the file was rewritten
-        warnings.warn(f"{len(new)} kernels are not in {BASELINE.name} (first: {new[0]}); "
-                      "`make resources-json` adds them")
+        warnings.warn(f"{len(new)} kernels are not in {BASELINE}/ (first: {new[0]}); "
+                      "`make resources-json FAMILY=...` adds them")
     assert known, "no kernel of the file was measured"
     assert not compare_resources(known, baseline), "\n".join(compare_resources(known, baseline))
 
@@ -244,3 +246,19 @@ def test_the_tuners_cuda_check_refuses_a_block_too_big_for_the_registers(nvrtc_o
     assert res.cuda_resource_check(backend, prog, "split", 1, 32) is None  # 255 registers
     why = res.cuda_resource_check(backend, prog, "split", 1, 512)
     assert "too many resources requested" in why, why
+
+
+def test_the_figures_are_one_file_per_family():
+    """Each family's figures in its own file (a new family adds a file), holding only its
+    own operators' keys; the test reads them merged."""
+    files = sorted(BASELINE.glob("*.json"))
+    assert files and {f.stem for f in files} <= set(families())
+    merged = load(BASELINE)
+    total = 0
+    for f in files:
+        data = json.loads(f.read_text())
+        for part in ("resources", "traffic"):
+            for key in data[part]:
+                assert family_of(key.split("|", 1)[0]) == f.stem, (f.name, key)
+            total += len(data[part])
+    assert total == len(merged["resources"]) + len(merged["traffic"])

@@ -92,17 +92,18 @@ def test_non_contiguous_input(target):
 def test_hypothesis_shapes_axes_dtypes(target, data):
     from conftest import capped
 
-    ndim = data.draw(st.integers(1, 3))
+    ndim = data.draw(st.integers(0, 3))
     shape = tuple(data.draw(st.lists(st.sampled_from([1, 2, 3, 5, 17, 64, 129, 700, 4097]),
                                      min_size=ndim, max_size=ndim)))
     shape = capped(shape, 300_000)
-    axis = data.draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1)))
+    # a 0-d input scans as its one-element view with axis 0 or -1, as np.cumsum does
+    axis = data.draw(st.one_of(st.none(), st.integers(-max(ndim, 1), max(ndim, 1) - 1)))
     dtype = data.draw(st.sampled_from(["bool", "int32", "int64", "float32", "float64"]))
     op = data.draw(st.sampled_from(["cumsum", "cumprod"]))
     exclusive = data.draw(st.booleans())
     x = make(shape, dtype, op, np.random.default_rng(len(shape)))
     got = OPS[op](x, axis=axis, exclusive=exclusive, target=target)
-    check(got, reference(op, x, axis, exclusive=exclusive), x, op)
+    check(got, reference(op, x, axis if ndim else None, exclusive=exclusive), x, op)
 
 
 def test_every_opencl_implementation_and_the_wide_variants():
@@ -226,8 +227,10 @@ def test_bad_data():
         gpucg.ops.cumsum(np.ones(3, np.float16), target="numpy")
     with pytest.raises(gpucg.DTypeError, match="data.dtype='complex128'"):
         gpucg.ops.cumsum(np.ones(3, np.complex128), target="numpy")
+    # as np.cumsum: a 0-d input scans as its one-element view along axis 0 or -1, no other
+    assert gpucg.ops.cumsum(np.ones((), np.float32), axis=0, target="numpy").tolist() == [1.0]
     with pytest.raises(gpucg.InputError, match="rank 0"):
-        gpucg.ops.cumsum(np.ones((), np.float32), axis=0, target="numpy")
+        gpucg.ops.cumsum(np.ones((), np.float32), axis=1, target="numpy")
 
 
 def test_type_relation_symbolic_flatten():

@@ -138,3 +138,23 @@ def test_condition_on_foreign_symbol_is_rejected():
     _impls(("odd", 20, lambda n: k <= 3), ("any", 5, None))
     with pytest.raises(gpucg.ConditionError, match="appear in no input"):
         gpucg.explain("probe_double", gpucg.tensor((gpucg.var("n"),), "float32"), target="numpy")
+
+
+def test_plan_and_run_are_the_call_in_two_steps():
+    """plan checks the arrays and decides once; run carries a plan out on those arrays or on
+    others of the same dtypes and shapes (what the eager path memoizes and the tuner times)."""
+    n = gpucg.var("n")
+    f = gpucg.compile("cumsum", gpucg.tensor((n, 5), "float32"), axis=1, target="numpy")
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    plan = f.plan(x)
+    assert plan.out_shapes == ((3, 5),) and not plan.wide and f.dispatcher(x) == plan
+    np.testing.assert_array_equal(f.run(plan, x), np.cumsum(x, axis=1))
+    np.testing.assert_array_equal(f.run(plan, -x), np.cumsum(-x, axis=1))
+    with pytest.raises(gpucg.SignatureError, match="rank 1"):
+        f.plan(np.ones(5, np.float32))
+    attrs = gpucg.get_op("cumsum").make_attrs(axis=1)
+    g = gpucg.CompiledOp.with_attrs("cumsum", [gpucg.tensor((n, 5), "float32")], attrs,
+                                    target="numpy")
+    np.testing.assert_array_equal(g(x), f(x))
+    with pytest.raises(gpucg.InputError, match="must be a ScanAttrs"):
+        gpucg.CompiledOp.with_attrs("cumsum", [gpucg.tensor((n, 5), "float32")], {"axis": 1})

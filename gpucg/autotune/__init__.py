@@ -5,7 +5,8 @@ selection (gpucg.records.apply); see docs/autotuning.md.
 """
 
 from .checks import Dropped, register_check
-from ..records.store import Record, RecordList, RecordLog, RecordsError, TuneError, open_log
+from ..errors import RecordsError, TuneError
+from ..records.store import Record, RecordList, RecordLog, open_log
 from .result import BucketResult, Trial, TuneResult
 from ..space import Config, ConfigSpace
 from .workload import Workload, make_record

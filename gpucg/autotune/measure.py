@@ -131,14 +131,15 @@ class Measurer:
         self._state = None
         try:
             inputs, ref = self._data(task)
-            compiled = CompiledOp(task.op, task.input_types, target=task.target,
-                                  impl=task.impl, config=task.config, _attrs=task.attrs)
+            compiled = CompiledOp.with_attrs(task.op, task.input_types, task.attrs,
+                                             target=task.target, impl=task.impl,
+                                             config=task.config)
             backend = get_backend(compiled.target.backend)
             device = compiled.target.backend != "numpy"
             arrays = [backend.to_device(x) if device else x for x in inputs]
-            index, _, wide = compiled.plan(*arrays)
-            for key in compiled.selection.choices[index].impl.kernels:
-                compiled.program(index, key, wide)
+            plan = compiled.plan(*arrays)
+            for key in compiled.selection.choices[plan.index].impl.kernels:
+                compiled.program(plan.index, key, plan.wide)
         except CompileError as exc:
             return Result(error="compile", message=_first_line(exc))
         except Exception as exc:  # noqa: BLE001 - any failure is this candidate's

@@ -20,9 +20,12 @@ import time
 from multiprocessing.connection import Connection, wait
 
 from .measure import Measurer, Result, Task
-from ..records.store import TuneError
+from ..errors import TuneError
+from ..procwatch import Progress
 
-STARTUP_TIMEOUT_S = 180.0
+#: a starting worker (importing gpucg, opening the device) that has used no CPU time for this
+#: long is stuck; one that keeps computing may take as long as it needs
+STARTUP_IDLE_S = 120.0
 
 
 def _worker_main(conn) -> None:
@@ -63,7 +66,8 @@ class _Worker:
         self.conn = Connection(mine.detach())
         self.state = "starting"  # starting, idle, preparing, waiting, running
         self.slot = None
-        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        self.deadline = time.monotonic() + STARTUP_IDLE_S
+        self.startup = Progress(self.proc.pid, STARTUP_IDLE_S)
 
     @property
     def exitcode(self):
@@ -155,11 +159,14 @@ class LocalPool:
                     if w in waiting:
                         continue  # it waits for the device, not on its own work
                     starting = w.state == "starting"
+                    if starting and not w.startup.stalled():
+                        w.deadline = time.monotonic() + 5  # slow, not stuck: look again
+                        continue
                     self._fail(w, results, "timeout",
                                f"the candidate took longer than {self.timeout_s:g} s")
                     if starting:
-                        raise TuneError("a measuring worker could not start within "
-                                           f"{STARTUP_TIMEOUT_S:g} s")
+                        raise TuneError("a measuring worker could not start: "
+                                        f"{w.startup.describe()}")
         return results
 
     def close(self) -> None:

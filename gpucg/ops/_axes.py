@@ -32,6 +32,15 @@ def axis_attr(value, allow_tuple: bool = True):
     raise AttrError(f"axis={describe(value)} must be {allowed}")
 
 
+def flat_axis(data, axis):
+    """None for an int ``axis`` of 0 or -1 on a 0-d array, else ``axis``: NumPy's cumsum,
+    argmax and argsort treat a 0-d array as its flattened one-element view there (np.sum and
+    np.sort do not, and reject the axis)."""
+    if axis in (0, -1) and _is_int(axis) and len(getattr(data, "shape", (0,))) == 0:
+        return None
+    return axis
+
+
 def normalize_axes(axis, ndim: int, op: str) -> tuple[int, ...]:
     """The reduced axes in 0..ndim-1, sorted: None is every axis, an int one, a tuple those.
 

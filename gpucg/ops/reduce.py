@@ -24,7 +24,7 @@ from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..codegen.literals import compute_dtype
 from ..half import is_float
 from ..shape import DTYPES, TensorType, var
-from ._axes import axis_attr, normalize_axes, reduced_count, reduced_shape
+from ._axes import axis_attr, flat_axis, normalize_axes, reduced_count, reduced_shape
 
 #: every dtype the reductions accept
 IN_DTYPES = DTYPES
@@ -210,12 +210,12 @@ def min(x, axis=None, keepdims=False, *, target=None):  # noqa: A001
 def argmax(x, axis=None, keepdims=False, *, target=None):
     """Index (int64) of the maximum along ``axis`` (None: of the flattened input), as
     ``np.argmax``: the first index on ties, the first NaN if any."""
-    return call("argmax", (x,), target=target, axis=axis, keepdims=keepdims)
+    return call("argmax", (x,), target=target, axis=flat_axis(x, axis), keepdims=keepdims)
 
 
 def argmin(x, axis=None, keepdims=False, *, target=None):
     """Index (int64) of the minimum along ``axis``, as ``np.argmin``; see :func:`argmax`."""
-    return call("argmin", (x,), target=target, axis=axis, keepdims=keepdims)
+    return call("argmin", (x,), target=target, axis=flat_axis(x, axis), keepdims=keepdims)
 
 
 def all(x, axis=None, keepdims=False, *, target=None):  # noqa: A001

@@ -10,6 +10,7 @@ from ..eager import call
 from ..errors import AttrError, DTypeError, describe, require_bool
 from ..op import Case, OpPattern, register_op
 from ..shape import TensorType, dtype_name, normalize_axis, split_axis
+from ._axes import flat_axis
 
 #: input dtypes scan accepts, and the dtypes it can produce
 OUT_DTYPES = ("int32", "int64", "float32", "float64", "int8", "int16", "uint8", "uint16",
@@ -137,14 +138,14 @@ def cumsum(data, axis=None, dtype=None, exclusive=False, reverse=False, *, targe
             the elements after i, as ONNX's CumSum).
         target: "cuda", "opencl", "numpy" or None for the default target.
     """
-    return call("cumsum", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive,
-                reverse=reverse)
+    return call("cumsum", (data,), target=target, axis=flat_axis(data, axis), dtype=dtype,
+                exclusive=exclusive, reverse=reverse)
 
 
 def cumprod(data, axis=None, dtype=None, exclusive=False, reverse=False, *, target=None):
     """Cumulative product along ``axis``, as ``np.cumprod``; see :func:`cumsum`."""
-    return call("cumprod", (data,), target=target, axis=axis, dtype=dtype, exclusive=exclusive,
-                reverse=reverse)
+    return call("cumprod", (data,), target=target, axis=flat_axis(data, axis), dtype=dtype,
+                exclusive=exclusive, reverse=reverse)
 
 
 # -- gradients: reverse cumulative sums, written with registered operators (gpucg/ops/_grads.py)

@@ -17,6 +17,7 @@ from ..errors import AttrError, DTypeError, describe, require_bool, require_int
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..half import widen
 from ..shape import TensorType, dtype_name, normalize_axis
+from ._axes import flat_axis
 
 #: input dtypes topk/sort/argsort accept
 IN_DTYPES = ("float16", "float32", "float64", "int32", "int64", "int8", "int16", "uint8", "uint16",
@@ -214,5 +215,8 @@ def sort(data, axis=-1, is_ascend=True, *, target=None):
 
 
 def argsort(data, axis=-1, is_ascend=True, dtype="int32", *, target=None):
-    """Indices of a stable sort along ``axis``; equal values keep index order."""
+    """Indices of a stable sort along ``axis``; equal values keep index order (a 0-d array
+    with axis 0 or -1 is sorted as its one-element view, as ``np.argsort`` does)."""
+    if flat_axis(data, axis) is None:
+        data = data.reshape((1,))
     return call("argsort", (data,), target=target, axis=axis, is_ascend=is_ascend, dtype=dtype)

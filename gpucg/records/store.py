@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..errors import GpucgError, InputError
+from ..errors import InputError, RecordsError
 from ..shape import TensorType
 
 log = logging.getLogger("gpucg.autotune")
@@ -32,14 +32,6 @@ log = logging.getLogger("gpucg.autotune")
 RECORD_VERSION = 2
 #: what a failed candidate's ``error`` says; "dropped" was never measured (a device limit)
 ERROR_KINDS = ("compile", "launch", "wrong", "timeout", "crash", "dropped")
-
-
-class TuneError(GpucgError):
-    """Tuning could not go on (a measuring worker cannot start)."""
-
-
-class RecordsError(InputError):
-    """A records file that cannot be read or written (a directory, no permission)."""
 
 
 def attrs_key(attrs: dict) -> str:

@@ -21,6 +21,13 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def c_contiguous(array, module=np):
+    """The array C-contiguous, keeping its shape: ``ascontiguousarray`` of NumPy (and CuPy)
+    turns a 0-d array into shape (1,), which would lose rank 0 between a call and its run."""
+    out = module.ascontiguousarray(array)
+    return out if out.shape == array.shape else out.reshape(array.shape)
+
+
 def split_chunks(n: int, groups: int, per_group: int, want: int) -> tuple[int, int]:
     """(chunk, chunks): n items in chunks of at least ``per_group``, enough of them that
     ``groups`` work-groups become about ``want`` (rows split over work-groups)."""

@@ -10,7 +10,7 @@ from ..codegen import CUDA
 from ..errors import CompileError, DTypeError, LaunchError, TargetUnavailableError
 from ..half import is_bfloat16
 from .. import counters as stats
-from .base import Backend, Program
+from .base import Backend, Program, c_contiguous
 from .cache import cache_key
 
 
@@ -136,7 +136,7 @@ class CudaBackend(Backend):
     def to_device(self, array):
         self._require()
         _no_bfloat16(array.dtype)
-        return self.cupy.asarray(np.ascontiguousarray(array))
+        return self.cupy.asarray(c_contiguous(np.asarray(array)))
 
     def to_host(self, array):
         if isinstance(array, np.ndarray):
@@ -147,7 +147,7 @@ class CudaBackend(Backend):
         return self._ready and isinstance(array, self.cupy.ndarray)
 
     def contiguous(self, array):
-        return self.cupy.ascontiguousarray(array)
+        return c_contiguous(array, self.cupy)
 
     def synchronize(self) -> None:
         if self._ready:

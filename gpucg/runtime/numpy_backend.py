@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Backend
+from .base import Backend, c_contiguous
 
 
 class NumpyBackend(Backend):
@@ -27,5 +27,4 @@ class NumpyBackend(Backend):
         return isinstance(array, np.ndarray)
 
     def contiguous(self, array):
-        # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d)
-        return np.require(array, requirements="C")
+        return c_contiguous(np.asarray(array))

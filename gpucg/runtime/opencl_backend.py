@@ -11,7 +11,7 @@ from .. import knobs
 from ..codegen import OPENCL
 from ..errors import CompileError, LaunchError, TargetUnavailableError
 from .. import counters as stats
-from .base import Backend, Program
+from .base import Backend, Program, c_contiguous
 from .cache import DiskCache, cache_key
 
 log = logging.getLogger("gpucg.runtime")
@@ -207,7 +207,7 @@ class OpenCLBackend(Backend):
 
     def to_device(self, array):
         self._require()
-        array = np.ascontiguousarray(array)
+        array = c_contiguous(np.asarray(array))
         if array.nbytes == 0:
             return self.empty(array.shape, array.dtype)
         mf = self.cl.mem_flags
@@ -241,7 +241,7 @@ class OpenCLBackend(Backend):
         if array.flags.c_contiguous and array.offset == 0:
             return array
         # pyopencl cannot copy a strided view on the device; go through the host once
-        return self.to_device(np.ascontiguousarray(array.get()))
+        return self.to_device(array.get())
 
     def synchronize(self) -> None:
         if self._ready:

@@ -266,10 +266,8 @@ def numpy_reduce(op: str, x: np.ndarray, axes: tuple, keepdims: bool, out_dtype:
 
 
 def _host_run(ctx):
-    op, axes, out_dtype, ndim = ctx.info
-    x = ctx.inputs[0]
-    x = x.reshape(()) if ndim == 0 else x  # the numpy backend hands 0-d arrays over as (1,)
-    return numpy_reduce(op, x, axes, ctx.attrs.keepdims, out_dtype)
+    op, axes, out_dtype = ctx.info
+    return numpy_reduce(op, ctx.inputs[0], axes, ctx.attrs.keepdims, out_dtype)
 
 
 NUMPY_REDUCE = host_impl("numpy_reduce", _host_run)
@@ -278,8 +276,7 @@ NUMPY_REDUCE = host_impl("numpy_reduce", _host_run)
 def host_strategy(op: str):
     def strategy(attrs, inputs, outputs, target):
         s = Strategy(target)
-        s.add(NUMPY_REDUCE, 10, info=(op, reduced_axes(op, inputs[0], attrs), outputs[0].dtype,
-                                    inputs[0].ndim))
+        s.add(NUMPY_REDUCE, 10, info=(op, reduced_axes(op, inputs[0], attrs), outputs[0].dtype))
         return s
     return strategy
 

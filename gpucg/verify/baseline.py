@@ -1,4 +1,4 @@
-"""The checked-in figures every implementation is held to (tests/resources.json).
+"""The checked-in figures every implementation is held to (tests/resources/FAMILY.json).
 
 * resources: for each operator's "bench" Cases, each implementation that applies on CUDA, its
   default config, on sm_80 and sm_90: every kernel's registers, shared memory, stack, spills,
@@ -6,8 +6,11 @@
 * traffic: for each operator's "small" Cases, the global memory bytes the implementation a GPU
   selects loads and stores on Oclgrind, beside the compulsory bytes.
 
-``python -m gpucg.verify.baseline [PATH] [--no-traffic]`` (``make resources-json``) rewrites
-the file; tests/test_resources.py and tests/test_oclgrind.py compare against it, so a change
+The figures are kept one file per operator family (``tests/resources/scan.json`` holds
+cumsum's and cumprod's), so adding a family adds a file and a change to one family rewrites
+only its own. ``python -m gpucg.verify.baseline [DIR] [--family NAME ...] [--no-traffic]``
+(``make resources-json [FAMILY=NAME]``) rewrites the files of the families named (all by
+default); tests/test_resources.py and tests/test_oclgrind.py compare against them, so a change
 that adds spills, registers or traffic shows up in review.
 """
 
@@ -121,39 +124,79 @@ def compare_traffic(results, baseline: dict) -> list[str]:
     return bad
 
 
+def family_of(op: str) -> str | None:
+    """The family (gpucg/ops/FAMILY.py) of a built-in operator; None for others."""
+    from ..op import get_op
+
+    module = get_op(op).module
+    return module.rsplit(".", 1)[1] if module.startswith("gpucg.ops.") else None
+
+
 def load(path) -> dict:
+    """The figures: of one file, or of every family file in a directory, merged
+    (``{"resources": {...}, "traffic": {...}}``)."""
     path = Path(path)
+    if path.is_dir():
+        merged: dict = {"resources": {}, "traffic": {}}
+        for f in sorted(path.glob("*.json")):
+            data = json.loads(f.read_text())
+            for part in merged:
+                merged[part].update(data.get(part, {}))
+        return merged
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+ABOUT = ("gpucg's default configs for the operators of gpucg/ops/{family}.py: ptxas resources per "
+         "kernel on the bench cases, Oclgrind global memory traffic of the GPU-selected "
+         "implementation on the small cases; rewrite with `python -m gpucg.verify.baseline "
+         "tests/resources --family {family}`")
+
+
 def main(argv=None) -> int:
+    from ..builtin import families
+    from ..op import list_ops
+
     p = argparse.ArgumentParser(prog="python -m gpucg.verify.baseline",
-                                description="rewrite the checked-in resource and traffic figures")
-    p.add_argument("path", nargs="?", default="tests/resources.json")
-    p.add_argument("--no-traffic", action="store_true", help="keep the file's traffic figures")
+                                description="rewrite the checked-in resource and traffic "
+                                            "figures, one file per operator family")
+    p.add_argument("path", nargs="?", default="tests/resources",
+                   help="the directory of the family files")
+    p.add_argument("--family", action="append", choices=families(),
+                   help="rewrite this family's file only (repeatable; default: every family)")
+    p.add_argument("--no-traffic", action="store_true", help="keep the files' traffic figures")
     args = p.parse_args(argv)
     ok, why = nvrtc.available()
     if not ok:
         print(f"NVRTC is needed: {why}", file=sys.stderr)
         return 1
-    data = load(args.path)
-    data["about"] = ("gpucg's default configs: ptxas resources per kernel on the bench cases, "
-                     "Oclgrind global memory traffic of the GPU-selected implementation on the "
-                     "small cases; rewrite with `make resources-json`")
-    data["resources"] = resource_figures(collect_resources())
+    chosen = args.family or families()
+    ops = [op for op in list_ops() if family_of(op) in chosen]
+    resources = resource_figures(collect_resources(ops))
+    traffic = None
     if not args.no_traffic:
         from . import oclgrind
-        from ..op import list_ops
 
         ok, why = oclgrind.available()
         if not ok:
             print(f"Oclgrind is needed for the traffic figures ({why}); --no-traffic keeps "
                   "the old ones", file=sys.stderr)
             return 1
-        data["traffic"] = traffic_figures(oclgrind.traffic(list_ops()))
-    Path(args.path).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.path}: {len(data['resources'])} kernel figures, "
-          f"{len(data.get('traffic', {}))} traffic figures")
+        traffic = traffic_figures(oclgrind.traffic(ops))
+    root = Path(args.path)
+    root.mkdir(parents=True, exist_ok=True)
+    for family in chosen:
+        path = root / f"{family}.json"
+        data = load(path) if path.exists() else {}
+        mine = lambda figures: {k: v for k, v in figures.items()  # noqa: E731
+                                if family_of(k.split("|", 1)[0]) == family}
+        data["about"] = ABOUT.format(family=family)
+        data["resources"] = mine(resources)
+        if traffic is not None:
+            data["traffic"] = mine(traffic)
+        data.setdefault("traffic", {})
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {path}: {len(data['resources'])} kernel figures, "
+              f"{len(data['traffic'])} traffic figures")
     return 0
 
 

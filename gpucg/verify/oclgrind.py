@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,6 +183,8 @@ class Result:
     compulsory: int = 0
     seconds: float = 0.0
     report_count: int = 0
+    worker: str = ""
+    peak_rss: int = 0
 
     @property
     def ok(self) -> bool:
@@ -211,16 +214,33 @@ def _from_json(d: dict) -> Result:
     r = Result(Task(**d["task"]), d.get("impl", ""), d.get("label", ""), d.get("error", ""),
                [Report(**x) for x in d.get("reports", [])],
                [KernelTraffic(**x) for x in d.get("traffic", [])], d.get("compulsory", 0),
-               d.get("seconds", 0.0), d.get("report_count", 0))
+               d.get("seconds", 0.0), d.get("report_count", 0), d.get("worker", ""),
+               d.get("peak_rss", 0))
     return r
 
 
+#: a worker that has written nothing and used no CPU time for this long is stuck and killed
+IDLE_S = 300.0
+#: the most resident memory a worker may hold; above it the worker is killed (its unfinished
+#: tasks fail with the figure) and between tasks it hands its work on to a fresh one
+MEMORY_BYTES = 2 << 30
+#: a worker's exit status when it stopped to hand its remaining tasks to a fresh worker
+RECYCLE = 75
+
+
 def run(tasks, checks: bool = True, counts: bool = False, workers: int = 2,
-        timeout: float = 600) -> list[Result]:
+        idle_s: float = IDLE_S, memory: int = MEMORY_BYTES) -> list[Result]:
     """Run tasks on Oclgrind in ``workers`` child processes; results in the tasks' order.
 
-    A child that dies or times out gives every task it had not finished an error result.
+    Hang guards go by progress, not by the clock: a child is killed only once it has written
+    nothing and used no CPU time for ``idle_s`` seconds (a slow simulation on a loaded machine
+    keeps going), or once it holds more than ``memory`` bytes resident. A child whose
+    resident memory passes half of ``memory`` between tasks exits, and a fresh child takes the
+    remaining tasks. A child that dies or is killed gives the task it was running an error
+    result. Each Result carries its worker and that worker's peak resident memory.
     """
+    from ..procwatch import Progress
+
     tasks = list(tasks)
     if not tasks:
         return []
@@ -229,31 +249,74 @@ def run(tasks, checks: bool = True, counts: bool = False, workers: int = 2,
         # the children claim tasks one at a time (a file created with O_EXCL per task), so a
         # slow task does not leave the other child idle
         (Path(tmp) / "tasks.json").write_text(json.dumps([t.__dict__ for t in tasks]))
-        (Path(tmp) / "claims").mkdir()
-        procs = []
-        for w in range(workers):
-            wd = Path(tmp) / f"w{w}"
+        claims = Path(tmp) / "claims"
+        claims.mkdir()
+        dirs, live, why = [], [], {}
+
+        def start(slot: int) -> None:
+            wd = Path(tmp) / f"w{slot}.{sum(d.name.startswith(f'w{slot}.') for d in dirs)}"
             wd.mkdir()
+            dirs.append(wd)
             env = environment(wd, checks=checks, counts=counts)
-            procs.append((wd, subprocess.Popen(
-                [sys.executable, "-m", "gpucg.verify.oclgrind_worker", str(wd)], env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
-        done: dict[int, Result] = {}
-        why = ""
-        for wd, proc in procs:
-            try:
-                _, err = proc.communicate(timeout=timeout)
-                if proc.returncode:
-                    why += f"worker exited with {proc.returncode}: {err.decode()[-2000:]} "
-            except subprocess.TimeoutExpired:
+            env["GPUCG_OCLGRIND_RECYCLE_BYTES"] = str(memory // 2)
+            with open(wd / "stderr.txt", "wb") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "gpucg.verify.oclgrind_worker", str(wd)], env=env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            files = [wd / n for n in ("results.jsonl", "counts.txt", "oclgrind.log",
+                                      "stderr.txt")]
+            live.append((slot, wd, proc, Progress(proc.pid, idle_s, files)))
+
+        try:
+            for w in range(workers):
+                start(w)
+            _watch(live, start, why, claims, len(tasks), memory)
+        finally:  # interrupted: no worker outlives the run
+            for _, _, proc, _ in live:
                 proc.kill()
-                proc.communicate()
-                why += f"worker timed out after {timeout} s "
+                proc.wait()
+        done: dict[int, Result] = {}
+        failed: dict[int, str] = {}
+        for wd in dirs:
             path = wd / "results.jsonl"
+            finished = set()
             for line in path.read_text().splitlines() if path.exists() else []:
                 d = json.loads(line)
+                finished.add(d["number"])
                 done[d.pop("number")] = _from_json(d)
-    return [done.get(i) or Result(t, error=why.strip() or "not run") for i, t in enumerate(tasks)]
+            for c in os.listdir(claims):  # the task a killed worker was running
+                if (claims / c).read_text() == wd.name and int(c) not in finished:
+                    failed[int(c)] = why.get(wd, "the worker stopped")
+    return [done.get(i) or Result(t, error=failed.get(i, "not run")) for i, t in enumerate(tasks)]
+
+
+def _watch(live: list, start, why: dict, claims: Path, count: int, memory: int) -> None:
+    """Poll the workers until none is left: kill the stuck and the oversized, and start a
+    fresh worker for the tasks nobody has claimed when one hands on or is killed."""
+    from ..procwatch import resident
+
+    while live:
+        time.sleep(1.0)
+        for item in list(live):
+            slot, wd, proc, progress = item
+            code = proc.poll()
+            if code is None:
+                now, _ = resident(proc.pid)
+                if now > memory:
+                    why[wd] = (f"the worker held {now / 2**30:.2f} GiB resident, above "
+                               f"the bound of {memory / 2**30:.2f} GiB")
+                elif progress.stalled():
+                    why[wd] = f"the worker was stuck: {progress.describe()}"
+                else:
+                    continue
+                proc.kill()
+                code = proc.wait()
+            live.remove(item)
+            if code not in (0, RECYCLE) and wd not in why:
+                why[wd] = (f"worker exited with {code}: "
+                           f"{(wd / 'stderr.txt').read_text(errors='replace')[-2000:]}")
+            if (code == RECYCLE or wd in why) and len(os.listdir(claims)) < count:
+                start(slot)  # the remaining tasks go to a fresh worker
 
 
 def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
@@ -261,7 +324,8 @@ def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
     ``kind``, forced with ``impl=``: what a GPU may run.
 
     Each runs every case with 32-bit indexing and its first case with 64-bit indexing
-    (``full``: every case with both), which keeps the simulator's time in bounds.
+    (``full``: every case with both), which keeps the simulator's time in bounds; a Case's
+    ``not_simulated`` implementations are left out of that case.
     """
     from ..compiled import explain
     from ..op import get_op, list_ops
@@ -273,9 +337,9 @@ def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
             sel = explain(name, *case.inputs, target="opencl -device=gpu", records=False,
                           **case.attrs)
             for cand in sel.candidates:
-                if cand.verdict == "excluded":
-                    continue
                 impl = cand.name.rsplit(".", 1)[0]
+                if cand.verdict == "excluded" or impl in case.not_simulated:
+                    continue
                 out.append(Task(name, kind, i, impl, "int32"))
                 if full or impl not in seen:
                     out.append(Task(name, kind, i, impl, "int64"))

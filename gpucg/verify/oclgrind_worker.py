@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ..samples import mismatch, sample_inputs
-from .oclgrind import Result, Task, parse_counts, parse_log
+from ..procwatch import resident
+from .oclgrind import RECYCLE, Result, Task, parse_counts, parse_log
 
 _LIBC = ctypes.CDLL(None)
 def _tail(path: Path, start: int) -> tuple[str, int]:
@@ -80,20 +81,26 @@ def main(argv) -> int:
     os.dup2(fd, 1)  # Oclgrind prints its instruction counts on standard output
     log = Path(os.environ.get("OCLGRIND_LOG", wd / "oclgrind.log"))
     offsets = [0, 0]
+    recycle = int(os.environ.get("GPUCG_OCLGRIND_RECYCLE_BYTES", 1 << 30))
     with open(wd / "results.jsonl", "a") as out:
         for number, task in enumerate(tasks):
             try:  # the first child to create the claim runs the task
-                os.close(os.open(wd.parent / "claims" / str(number), os.O_CREAT | os.O_EXCL))
+                fd = os.open(wd.parent / "claims" / str(number), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
                 continue
+            os.write(fd, wd.name.encode())  # who ran it, should this child be killed
+            os.close(fd)
             res = run_task(task, log, counts, offsets)
+            now, peak = resident(os.getpid())
             d = {"number": number, "task": task.__dict__, "impl": res.impl, "label": res.label,
                  "error": res.error, "reports": [r.__dict__ for r in res.reports[:20]],
                  "report_count": len(res.reports),  # the count, not every copy of a message
                  "traffic": [k.__dict__ for k in res.traffic], "compulsory": res.compulsory,
-                 "seconds": res.seconds}
+                 "seconds": res.seconds, "worker": wd.name, "peak_rss": peak}
             out.write(json.dumps(d) + "\n")
             out.flush()
+            if now > recycle:  # hand the remaining tasks on to a fresh worker
+                return RECYCLE
     return 0
 
 
