@@ -144,7 +144,7 @@ def cmd_resources(args) -> int:
     types = [_bind(parse_input(t), sizes) for t in args.input]
     attrs = dict(parse_attr(a) for a in args.attr)
     rows = res.resources(args.op, *types, target=f"cuda -arch={args.arch}", impl=args.impl,
-                         all_configs=args.all_configs, **attrs)
+                         all_configs=args.all_configs, sass=args.sass, **attrs)
     results = []
     if args.traffic:
         from .verify import oclgrind
@@ -161,6 +161,11 @@ def cmd_resources(args) -> int:
         return 0
     print(f"{args.op} on {args.arch} (ptxas via NVRTC; * = what selection picks):")
     print(res.format_rows(rows))
+    if args.sass:
+        from .verify.sass import format_mix, version
+
+        print(f"SASS instruction mix (cuobjdump, {version()}):")
+        print(format_mix(rows, [r.sass for r in rows]))
     if args.traffic:
         print(f"global memory traffic on Oclgrind, the {args.op} small cases:")
         for r in results:
@@ -314,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--impl", help="one implementation (default: every one that applies)")
     sp.add_argument("--all-configs", action="store_true", help="every config of each space")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--sass", action="store_true", help="also each kernel's SASS instruction "
+                    "mix (HMMA, LDSM, LDGSTS, 128-bit loads, FFMA, local memory...; cuobjdump "
+                    "from pip install 'gpucg[sass]')")
     sp.add_argument("--traffic", action="store_true", help="also the global memory bytes the "
                     "selected kernels move on the operator's small cases (Oclgrind)")
     sp.set_defaults(fn=cmd_resources)
