@@ -56,6 +56,9 @@ class Dialect:
     #: value another work-item of the group then writes need it (OpenCL's local-memory
     #: barrier orders local memory only; CUDA's __syncthreads orders both)
     barrier_global: str = ""
+    #: the address-space qualifier of a pointer into local (shared) memory ("" when pointers
+    #: are generic, as in CUDA)
+    local_ptr: str = ""
 
     def local_id(self, dim: int = 0) -> str:
         return self.local_id_fmt.format(axis=_AXES[dim], dim=dim)
@@ -188,6 +191,7 @@ OPENCL = Dialect(
     kernel="__kernel void",
     global_ptr="__global",
     local="__local",
+    local_ptr="__local",
     restrict="restrict",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);",
     local_id_fmt="get_local_id({dim})",

@@ -251,6 +251,9 @@ def environment() -> jinja2.Environment:
     env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
                        guard=guard)
     env.filters["block"] = block
+    from .tile_layout import simt_tile
+
+    env.globals["simt_tile"] = simt_tile
     return env
 
 

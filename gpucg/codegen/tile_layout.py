@@ -109,39 +109,44 @@ def frag_row(i: str, t: str, threads: int, fv: int) -> str:
 
 @dataclass(frozen=True)
 class SimtTile:
-    """Both local tiles of one config of the SIMT tile, and their fragment widths."""
+    """Both local tiles of one config of the SIMT tile, their fragment widths, and whether
+    each stores a slot as one vector (VW elements along the row, 16 bytes at most)."""
 
     a: TileLayout
     b: TileLayout
     fa: int
     fb: int
+    va: bool = False
+    vb: bool = False
 
 
 def simt_tile(BM: int, BN: int, BK: int, TM: int, TN: int, VW: int, a_k_major: bool,
               b_k_major: bool, acc_bytes: int = 4) -> SimtTile:
     """The layouts of a config (the template calls this with its parameters)."""
     a, b = choose(BK, BM, VW, a_k_major), choose(BK, BN, VW, b_k_major)
-    return SimtTile(a, b, frag_width(a, TM, acc_bytes), frag_width(b, TN, acc_bytes))
+    row_vec = 1 < VW and VW * acc_bytes <= 16
+    return SimtTile(a, b, frag_width(a, TM, acc_bytes), frag_width(b, TN, acc_bytes),
+                    row_vec and not a_k_major, row_vec and not b_k_major)
 
 
 def requests(config: dict, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
-             tile: SimtTile | None = None, row_vectors: bool = True) -> list[tuple]:
+             tile: SimtTile | None = None) -> list[tuple]:
     """One warp request of each kind the SIMT tile's first warp makes: (name, 32 lanes' byte
     addresses, access width in bytes). Stores of each VW slot element (one store per element,
     or one vector store when the slot runs along the row), fragment reads of A and B, once
     per kk = 0..BK-1 under the same name (the worst is what counts). ``tile``: the layouts (default: the
-    ones the template renders; with the plain layouts and ``row_vectors=False``, the tile
-    before it had layouts: every slot element stored alone)."""
+    ones the template renders; ``SimtTile(plain, plain, 1, 1)`` is the tile before it had
+    layouts: no padding or swizzle, scalar fragments, every slot element stored alone)."""
     BM, BN, BK, TM, TN = (config[k] for k in ("BM", "BN", "BK", "TM", "TN"))
     VW = config.get("VW", 1)
     tile = tile or simt_tile(BM, BN, BK, TM, TN, VW, a_k_major, b_k_major, acc_bytes)
     TY, TX = BM // TM, BN // TN
     b_base = BK * tile.a.stride  # Bs follows As (the offset cannot change a request's banks)
     out = []
-    for name, lay, cols, k_major, base in (("A", tile.a, BM, a_k_major, 0),
-                                           ("B", tile.b, BN, b_k_major, b_base)):
+    for name, lay, cols, k_major, base, vec in (("A", tile.a, BM, a_k_major, 0, tile.va),
+                                                ("B", tile.b, BN, b_k_major, b_base, tile.vb)):
         q = BK // VW if k_major else cols // VW
-        if k_major or (VW > 1 and not row_vectors):
+        if k_major or (VW > 1 and not vec):
             for u in range(VW):
                 kk, c = ((lambda t: (t % q) * VW + u, lambda t: t // q) if k_major else
                          (lambda t: t // q, lambda t: (t % q) * VW + u))

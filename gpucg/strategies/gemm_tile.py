@@ -19,6 +19,17 @@ def local_bytes(config, acc_bytes: int = 4) -> int:
     return (2 if config.get("DB") else 1) * config["BK"] * (config["BM"] + config["BN"]) \
         * acc_bytes
 
+#: multiprocessors of the GPU an arch is (by default) met on: A100 (sm_80) has 108, H100 SXM
+#: (sm_90) 132; an arch not listed counts as an H100. The default tile of a GPU target shrinks
+#: until the grid fills one wave of them (gpucg.strategies.dense.fill_device).
+SM_COUNT = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
+DEFAULT_SMS = 132
+
+
+def sm_count(target) -> int:
+    """Multiprocessors of the target's GPU (its -arch, else an H100's)."""
+    return SM_COUNT.get(target.attrs.get("arch", ""), DEFAULT_SMS)
+
 #: the tile's template parameters for a space without the VW and DB knobs (conv2d's)
 PLAIN = {"VW": 1, "DB": False}
 

@@ -154,5 +154,48 @@ def simt_report(config, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
     if before:
         plain = (tl.TileLayout(c["BK"], c["BM"]), tl.TileLayout(c["BK"], c["BN"]))
         tile = tl.SimtTile(*plain, 1, 1)
-    return report(tl.requests(c, a_k_major, b_k_major, acc_bytes, tile=tile,
-                              row_vectors=not before))
+    return report(tl.requests(c, a_k_major, b_k_major, acc_bytes, tile=tile))
+
+
+#: implementation short name -> fn(config, template params) -> requests, for GEMM cores with
+#: their own shared-memory layout (the tensor-core core registers its ``smem_requests``)
+CORES: dict = {}
+
+
+def register(impl: str, requests_fn) -> None:
+    """Have :func:`kernel_reports` evaluate ``impl``'s requests with ``requests_fn(config,
+    params)`` (a list of requests as :func:`report` takes)."""
+    CORES[impl] = requests_fn
+
+
+def _requests_fn(impl_name: str):
+    if impl_name in CORES:
+        return CORES[impl_name]
+    if "mma" in impl_name:
+        try:  # the tensor-core core's own address model, where it is installed
+            from ..codegen import warp
+        except ImportError:
+            return None
+        fn = getattr(warp, "smem_requests", None)
+        return None if fn is None else (lambda config, params: fn(config))
+    return None
+
+
+def kernel_reports(compiled) -> list[tuple[str, str, list[RequestReport]]]:
+    """(implementation, kernel, reports) for each kernel of a compiled call's implementations
+    whose shared-memory requests are known: the SIMT GEMM tile's (any kernel rendered with its
+    BM/TM/a_k_major parameters) and registered cores'."""
+    out = []
+    for choice in compiled.selection.choices:
+        impl = choice.impl
+        for key in impl.kernels:
+            params = impl.template_params(key, choice.config)
+            fn = _requests_fn(impl.short_name)
+            if fn is not None:
+                out.append((impl.name, key, report(fn(dict(choice.config), params))))
+            elif {"BM", "BN", "BK", "TM", "TN", "a_k_major", "b_k_major"} <= set(params):
+                acc = 8 if params.get("acc_t") == "double" else 4
+                cfg = {k: params[k] for k in ("BM", "BN", "BK", "TM", "TN", "VW") if k in params}
+                out.append((impl.name, key, simt_report(cfg, params["a_k_major"],
+                                                        params["b_k_major"], acc)))
+    return out
