@@ -3,6 +3,8 @@ parses, the SIMT GEMM tile reads shared memory 128 bits at a time and keeps no l
 the tensor-core GEMM (an implementation named gemm_mma, once it exists) holds HMMA, LDSM and
 LDGSTS on sm_80 and sm_90."""
 
+import json
+
 import pytest
 
 import gpucg
@@ -73,6 +75,22 @@ def test_simt_gemm_reads_shared_memory_128_bits_at_a_time(sass_or_skip, arch):
         sass.assert_sass(mix, has=("LDS.128", "LDG.128", "FFMA", "BAR"),
                          none=("LDL", "STL", "HMMA"), what=f"dense gemm_tiled {size} {arch}")
         assert mix["FFMA"] < mix["TOTAL"]
+
+
+def test_resources_cli_prints_the_mix_and_the_banks(sass_or_skip, capsys):
+    from gpucg.cli import main
+
+    assert main(["resources", "dense", "--input", "1024,1024:float32", "--input",
+                 "1024,1024:float32", "--impl", "gemm_tiled", "--sass", "--banks"]) == 0
+    out = capsys.readouterr().out
+    head = next(ln for ln in out.splitlines() if ln.startswith("implementation") and "LDS.128" in ln)
+    assert all(c in head for c in sass.COLUMNS)
+    assert "gemm_tiled.cuda/gemm" in out and "conflict-free" in out and "-way" not in out
+    assert main(["resources", "dense", "--input", "1024,1024:float32", "--input",
+                 "1024,1024:float32", "--impl", "gemm_tiled", "--sass", "--banks", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["rows"][0]["sass"]["LDS.128"] > 0 and got["rows"][0]["sass"]["LDL"] == 0
+    assert all(r["conflict_free"] for b in got["banks"] for r in b["requests"])
 
 
 @pytest.mark.parametrize("arch", ARCHS)
