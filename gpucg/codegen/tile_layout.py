@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .render import add, div, mod, mul
-
 WARP = 32
 BANKS = 32
 
@@ -52,8 +50,8 @@ class TileLayout:
         """The column of (kk, c) as a C expression."""
         if not self.unit:
             return str(c)
-        g = mod(f"({kk}) >> {self.shift}" if self.shift else str(kk), self.period)
-        return f"({c}) ^ {mul(f'({g})', self.unit)}"
+        g = f"(({kk}) >> {self.shift})" if self.shift else f"({kk})"
+        return f"({c}) ^ ({g} % {self.period}) * {self.unit}"
 
     def short(self) -> str:
         swz = f", xor {self.unit} * ((kk >> {self.shift}) % {self.period})" if self.unit else ""
@@ -98,13 +96,6 @@ def frag_width(layout: TileLayout, per_item: int, acc_bytes: int = 4) -> int:
     while fv > 1 and per_item % fv:
         fv //= 2
     return fv
-
-
-def frag_row(i: str, t: str, threads: int, fv: int) -> str:
-    """The tile row (column of C) of fragment value i of work-item row t, as C."""
-    if fv == 1:
-        return add(t, mul(i, threads))
-    return add(mul(div(i, fv), threads * fv), mul(t, fv), mod(i, fv))
 
 
 @dataclass(frozen=True)
