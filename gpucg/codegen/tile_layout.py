@@ -16,6 +16,7 @@ multiple of 4) unless the stores need an odd spread, then FV drops to what stays
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 WARP = 32
@@ -50,12 +51,19 @@ class TileLayout:
         """The column of (kk, c) as a C expression."""
         if not self.unit:
             return str(c)
-        g = f"(({kk}) >> {self.shift})" if self.shift else f"({kk})"
-        return f"({c}) ^ ({g} % {self.period}) * {self.unit}"
+        k = _operand(kk)
+        g = f"({k} >> {self.shift})" if self.shift else k
+        return f"{_operand(c)} ^ ({g} % {self.period}) * {self.unit}"
 
     def short(self) -> str:
         swz = f", xor {self.unit} * ((kk >> {self.shift}) % {self.period})" if self.unit else ""
         return f"{self.rows}x{self.cols}+{self.pad}{swz}"
+
+
+def _operand(x) -> str:
+    """x as an operand of a C operator: a name or number as it is, an expression in parentheses."""
+    x = str(x)
+    return x if re.fullmatch(r"\w+", x) else f"({x})"
 
 
 def _log2(n: int) -> int:
