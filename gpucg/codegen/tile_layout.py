@@ -120,8 +120,12 @@ class SimtTile:
 
 
 def simt_tile(BM: int, BN: int, BK: int, TM: int, TN: int, VW: int, a_k_major: bool,
-              b_k_major: bool, acc_bytes: int = 4) -> SimtTile:
-    """The layouts of a config (the template calls this with its parameters)."""
+              b_k_major: bool, acc_bytes: int = 4, cf: bool = True) -> SimtTile:
+    """The layouts of a config (the template calls this with its parameters); ``cf`` False
+    (the CF knob) keeps the plain tile: no padding or swizzle, scalar fragment reads, slot
+    elements stored one by one (PoCL's dense default: faster there)."""
+    if not cf:
+        return SimtTile(TileLayout(BK, BM), TileLayout(BK, BN), 1, 1)
     a, b = choose(BK, BM, VW, a_k_major), choose(BK, BN, VW, b_k_major)
     row_vec = 1 < VW and VW * acc_bytes <= 16
     return SimtTile(a, b, frag_width(a, TM, acc_bytes), frag_width(b, TN, acc_bytes),
@@ -138,7 +142,8 @@ def requests(config: dict, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
     layouts: no padding or swizzle, scalar fragments, every slot element stored alone)."""
     BM, BN, BK, TM, TN = (config[k] for k in ("BM", "BN", "BK", "TM", "TN"))
     VW = config.get("VW", 1)
-    tile = tile or simt_tile(BM, BN, BK, TM, TN, VW, a_k_major, b_k_major, acc_bytes)
+    tile = tile or simt_tile(BM, BN, BK, TM, TN, VW, a_k_major, b_k_major, acc_bytes,
+                             config.get("CF", True))
     TY, TX = BM // TM, BN // TN
     b_base = BK * tile.a.stride  # Bs follows As (the offset cannot change a request's banks)
     out = []

@@ -195,7 +195,8 @@ def kernel_reports(compiled) -> list[tuple[str, str, list[RequestReport]]]:
                 out.append((impl.name, key, report(fn(dict(choice.config), params))))
             elif {"BM", "BN", "BK", "TM", "TN", "a_k_major", "b_k_major"} <= set(params):
                 acc = 8 if params.get("acc_t") == "double" else 4
-                cfg = {k: params[k] for k in ("BM", "BN", "BK", "TM", "TN", "VW") if k in params}
+                cfg = {k: params[k] for k in ("BM", "BN", "BK", "TM", "TN", "VW", "CF")
+                       if k in params}
                 out.append((impl.name, key, simt_report(cfg, params["a_k_major"],
                                                         params["b_k_major"], acc)))
     return out
