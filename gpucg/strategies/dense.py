@@ -205,7 +205,8 @@ def gpu_strategy(op: str):
 
 def _default_tile(on_cpu: bool, vector: bool, acc_bytes: int) -> dict:
     if on_cpu:  # PoCL, 1024^3 float32: vector loads 1.7x faster, double buffering no gain;
-        # the conflict-free layouts (CF) were ~10% slower there (2026-11-23): the plain tile
+        # the conflict-free layouts (CF) were not shown faster there (1.09-1.10x the time, within
+        # the 1.06-1.08x that identical kernels measured on the shared VM, 2026-11-23): kept off
         return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
                 "DB": False, "CF": False}
     if acc_bytes == 8:  # 16 KiB of local tiles, as float32's
