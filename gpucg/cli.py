@@ -144,7 +144,8 @@ def cmd_resources(args) -> int:
     types = [_bind(parse_input(t), sizes) for t in args.input]
     attrs = dict(parse_attr(a) for a in args.attr)
     rows = res.resources(args.op, *types, target=f"cuda -arch={args.arch}", impl=args.impl,
-                         all_configs=args.all_configs, **attrs)
+                         all_configs=args.all_configs, sass=args.sass, **attrs)
+    bank_data = _banks(args, types, attrs, rows) if args.banks else []
     results = []
     if args.traffic:
         from .verify import oclgrind
@@ -157,15 +158,54 @@ def cmd_resources(args) -> int:
         print(json.dumps({"rows": [dict(vars(r), spills=r.spills) for r in rows],
                           "traffic": [{"case": r.label, "impl": r.impl, "loaded": r.loaded,
                                        "stored": r.stored, "compulsory": r.compulsory,
-                                       "error": r.error} for r in results]}, indent=1))
+                                       "error": r.error} for r in results],
+                          "banks": [{"impl": i, "config": c, "kernel": k,
+                                     "requests": [dict(vars(r), conflict_free=r.conflict_free)
+                                                  for r in reps]}
+                                    for i, c, k, reps in bank_data]}, indent=1))
         return 0
     print(f"{args.op} on {args.arch} (ptxas via NVRTC; * = what selection picks):")
     print(res.format_rows(rows))
+    if args.banks:
+        for line in _bank_lines(bank_data):
+            print(line)
+    if args.sass:
+        from .verify.sass import format_mix, version
+
+        print(f"SASS instruction mix (cuobjdump, {version()}):")
+        print(format_mix(rows, [r.sass for r in rows]))
     if args.traffic:
         print(f"global memory traffic on Oclgrind, the {args.op} small cases:")
         for r in results:
             print("  " + oclgrind.traffic_line(r))
     return 0
+
+
+def _banks(args, types, attrs, rows) -> list:
+    """(implementation, config, kernel, reports) of each implementation's default config:
+    wavefronts per shared-memory request of one warp (gpucg.verify.banks)."""
+    from .compiled import compile as compile_op
+    from .verify import banks
+
+    out = []
+    for name in sorted({r.impl.rsplit(".", 1)[0] for r in rows}):
+        compiled = compile_op(args.op, *types, target=f"cuda -arch={args.arch}", impl=name,
+                              records=False, **attrs)
+        config = compiled.selection.choices[0].config.short()
+        out += [(impl, config, kernel, reports)
+                for impl, kernel, reports in banks.kernel_reports(compiled)]
+    return out
+
+
+def _bank_lines(data) -> list[str]:
+    out = ["shared-memory requests of one warp (gpucg.verify.banks; ideal: one wavefront a "
+           "phase of 32, 16 or 8 lanes for 4, 8 or 16 bytes):"]
+    if not data:
+        out.append("  no kernel here has a shared-memory model")
+    for impl, config, kernel, reports in data:
+        out.append(f"  {impl}/{kernel} {config}:")
+        out += ["    " + r.line() for r in reports]
+    return out
 
 
 def _size(text: str):
@@ -314,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--impl", help="one implementation (default: every one that applies)")
     sp.add_argument("--all-configs", action="store_true", help="every config of each space")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--sass", action="store_true", help="also each kernel's SASS instruction "
+                    "mix (HMMA, LDSM, LDGSTS, 128-bit loads, FFMA, local memory...; cuobjdump "
+                    "from pip install 'gpucg[sass]')")
+    sp.add_argument("--banks", action="store_true", help="also the shared-memory wavefronts "
+                    "of each warp request of the GEMM tiles' default configs (bank conflicts)")
     sp.add_argument("--traffic", action="store_true", help="also the global memory bytes the "
                     "selected kernels move on the operator's small cases (Oclgrind)")
     sp.set_defaults(fn=cmd_resources)

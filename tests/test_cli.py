@@ -135,6 +135,26 @@ def test_bench_conv2d_quick(capsys):
     assert "TOO LARGE" not in out
     assert "gpucg numpy [conv2d_im2col.numpy]" in out
     assert out.count("\nresnet 3x3") == 1 and "stem 7x7/2" in out and "depthwise 3x3 576" in out
+    _lowp_rows(out, 3)
+
+
+def _lowp_rows(out, cases):
+    """float16, bfloat16 and TF32 rows: measured on a GPU, else said not to be, per case."""
+    from gpucg.benchmarks.lowp import NOT_MEASURED, gpu_present
+
+    if gpu_present():
+        assert out.count("float16") >= cases and "tf32" in out
+    else:
+        assert sum("float16, bfloat16, TF32 rows" in ln and NOT_MEASURED in ln
+                   for ln in out.splitlines()) == cases
+
+
+def test_bench_dense_quick_has_reduced_precision_rows(capsys):
+    code, out, _ = run(capsys, "bench", "dense", "--quick", "--repeat", "1", "--cases",
+                       "square 1024", "--targets", "numpy", "--json")
+    assert code == 0, out
+    assert "numpy matmul (BLAS)" in out and "TOO LARGE" not in out
+    _lowp_rows(out, 1)
 
 
 def test_explain_conv2d_shows_the_winograd_guard(capsys):

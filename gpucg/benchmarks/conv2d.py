@@ -3,7 +3,9 @@
 TFLOP/s counts the direct convolution's FLOPs (2 * N * O * OH * OW * C/groups * KH * KW)
 for every row, Winograd's included, so the column compares times. On a GPU torch runs with
 cudnn.benchmark = True and TF32 off for convolutions and matmul, like ours (float32 sums).
-Device timings keep the data on the device; the NumPy rows time host arrays.
+Device timings keep the data on the device; the NumPy rows time host arrays. Each case also
+has float16, bfloat16 and TF32 rows (gpucg.benchmarks.lowp: cuDNN through torch beside gpucg's
+CUDA kernels), "not measured on a GPU" without one.
 
 The NumPy peer is the usual way to write a convolution in NumPy: an einsum over a strided
 window view; its result checks every gpucg row.
@@ -19,6 +21,7 @@ import gpucg
 from gpucg.ops.conv2d import BENCH_LAYERS
 from gpucg.runtime import backend_status, get_backend
 
+from . import lowp
 from .common import (banner, median_time, parser, print_case, print_traffic, torch_cuda_time,
                      torch_or_none)
 
@@ -64,6 +67,15 @@ def _peers(x, w, stride, pad, groups, repeat):
             rows.append(("torch conv2d (cuda, cudnn)", torch_cuda_time(
                 lambda: F.conv2d(gx, gw, stride=stride, padding=pad, groups=groups), repeat)))
     return rows
+
+
+def _torch_conv(stride, pad, groups):
+    """cuDNN's convolution through torch, for the reduced-precision rows."""
+    def run(x, w):
+        import torch.nn.functional as F
+
+        return F.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+    return run
 
 
 def _ours(x, w, attrs, want, repeat, targets, guard_wino):
@@ -120,6 +132,8 @@ def main(argv=()) -> int:
         print_case(name, f"{name}: batch {n}, {c}->{o} channels, {h}x{w}, {k}x{k}/{stride}, "
                    f"groups {groups}; {tflop * 1e3:.3g} GFLOP", peers, ours, tflop, results,
                    unit="TFLOP/s")
+        lowp.print_rows(name, "conv2d", [x, wt], attrs, want, _torch_conv(stride, pad, groups),
+                        args.repeat, tflop, results)
     traffic = print_traffic(["conv2d"], not args.no_traffic)
     if args.json:
         print(json.dumps({"results": results, "traffic": traffic}, indent=1))

@@ -1,6 +1,9 @@
 """dense / matmul / batch_matmul beside np.matmul (BLAS), torch, and cuBLAS through CuPy and
 torch on a GPU: times, ratios, TFLOP/s (2 * batch * m * n * k per product).
 
+Each case also has float16, bfloat16 and TF32 rows (gpucg.benchmarks.lowp: cuBLAS through
+torch beside gpucg's CUDA kernels), "not measured on a GPU" without one.
+
 The BERT FFN case runs the fused bias + gelu beside our plain GEMM of the same shape, so the
 cost of the epilogue shows. On a GPU torch runs with TF32 off (float32 sums, as ours), and
 device rows keep the data on the device. Every gpucg row is checked against np.matmul.
@@ -16,6 +19,7 @@ import numpy as np
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
+from . import lowp
 from .common import banner, median_time, parser, print_case, torch_cuda_time, torch_or_none
 
 #: (name, op, batch, m, n, k, attrs, GPU only)
@@ -145,6 +149,9 @@ def main(argv=()) -> int:
         tflop = 2.0 * batch * m * n * k / 1e12
         print_case(name, f"{name}: {op}, batch {batch}, m {m}, n {n}, k {k}; "
                    f"{tflop * 1e3:.3g} GFLOP", peers, ours, tflop, results, unit="TFLOP/s")
+        lowp.print_rows(name, op, [a, b], {}, plain,
+                        (lambda x, w: x @ w.T) if op == "dense" else (lambda x, w: x @ w),
+                        args.repeat, tflop, results)
     if args.json:
         print(json.dumps({"results": results}, indent=1))
     return 0 if ok else 1

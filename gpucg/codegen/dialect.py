@@ -67,6 +67,9 @@ class Dialect:
     barrier_global: str = ""
     #: the warp-level operations (gpucg/codegen/warp.py): instructions or their emulation
     warp: object = None
+    #: the address-space qualifier of a pointer into local (shared) memory ("" when pointers
+    #: are generic, as in CUDA)
+    local_ptr: str = ""
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -293,6 +296,7 @@ OPENCL = Dialect(
     kernel="__kernel void",
     global_ptr="__global",
     local="__local",
+    local_ptr="__local",
     restrict="restrict",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);",
     local_id_fmt="get_local_id({dim})",

@@ -270,6 +270,9 @@ def environment() -> jinja2.Environment:
                        nan_of=literals.nan_of, lowest_of=_lowest, highest_of=_highest,
                        swizzle=swizzle)
     env.filters["block"] = block
+    from .tile_layout import simt_tile
+
+    env.globals["simt_tile"] = simt_tile
     return env
 
 

@@ -19,15 +19,27 @@ def local_bytes(config, acc_bytes: int = 4) -> int:
     return (2 if config.get("DB") else 1) * config["BK"] * (config["BM"] + config["BN"]) \
         * acc_bytes
 
+#: multiprocessors of the GPU an arch is (by default) met on: A100 (sm_80) has 108, H100 SXM
+#: (sm_90) 132; an arch not listed counts as an H100. The default tile of a GPU target shrinks
+#: until the grid fills one wave of them (gpucg.strategies.dense.fill_device).
+SM_COUNT = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
+DEFAULT_SMS = 132
+
+
+def sm_count(target) -> int:
+    """Multiprocessors of the target's GPU (its -arch, else an H100's)."""
+    return SM_COUNT.get(target.attrs.get("arch", ""), DEFAULT_SMS)
+
 #: the tile's template parameters for a space without the VW and DB knobs (conv2d's)
-PLAIN = {"VW": 1, "DB": False}
+PLAIN = {"VW": 1, "DB": False, "CF": True}
 
 
 def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
                default: dict | None = None, loads: bool = True) -> ConfigSpace:
     """Tiles of the GEMM: BM x BN outputs a work-group, TM x TN a work-item, BK of K a step,
     and with ``loads`` VW consecutive elements a load (vector loads where the kernel has them:
-    ``vector``) and DB double buffering of the local tiles; ``acc_bytes``: the size of the
+    ``vector``), DB double buffering of the local tiles and CF the conflict-free local layouts
+    with 128-bit fragment reads (gpucg.codegen.tile_layout; off: the plain tile); ``acc_bytes``: the size of the
     sums (float or double). Without ``loads`` the kernel passes :data:`PLAIN` as parameters
     (conv2d: its recorded tuning data name the five tile knobs only).
 
@@ -43,9 +55,11 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
     if default is not None:
         default = dict(default)
     elif on_cpu:  # measured on PoCL (64->64, 56x56): 113 ms against 213 ms for 32x64 tiles
-        default = {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 1, "DB": False}
+        default = {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 1, "DB": False,
+                   "CF": True}
     else:
-        default = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VW": 1, "DB": False}
+        default = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VW": 1, "DB": False,
+                   "CF": True}
     while isinstance(m_rows, int) and default["BM"] > 16 and default["BM"] // 2 >= m_rows \
             and default["BN"] < 256:
         # few rows: a thinner, wider tile (while the tile stays in the space)
@@ -56,7 +70,7 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
     knobs = {"BM": (16, 32, 64, 128), "BN": (32, 64, 128, 256), "BK": (8, 16, 32),
              "TM": (1, 2, 4, 8), "TN": (2, 4, 8)}
     if loads:
-        knobs.update(VW=(1, 2, 4) if vector else (1,), DB=(False, True))
+        knobs.update(VW=(1, 2, 4) if vector else (1,), DB=(False, True), CF=(False, True))
     else:
         default = {k: v for k, v in default.items() if k in knobs}
     return ConfigSpace(knobs, default, constraint=ok)

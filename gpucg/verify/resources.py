@@ -123,6 +123,8 @@ class ResourceRow:
     expect_spills: str = ""
     expect_low_occupancy: str = ""
     selected: bool = False
+    #: the SASS instruction mix (gpucg.verify.sass.COLUMNS) when asked for, else None
+    sass: dict | None = None
 
     @property
     def spills(self) -> int:
@@ -153,8 +155,10 @@ def record_launches(op: str, input_types, target: str, impl: str, config=None, a
     return compiled, cupy.launches
 
 
-def launch_rows(compiled, launches, arch: str, selected: bool = False) -> list[ResourceRow]:
-    """One row per kernel and block size of the recorded launches of one compiled call."""
+def launch_rows(compiled, launches, arch: str, selected: bool = False,
+                sass: bool = False) -> list[ResourceRow]:
+    """One row per kernel and block size of the recorded launches of one compiled call (with
+    ``sass``, each with its SASS instruction mix)."""
     choice = compiled.selection.choices[0]
     impl = choice.impl
     by_entry = {compiled.entry(0, key): key for key in impl.kernels}
@@ -174,12 +178,19 @@ def launch_rows(compiled, launches, arch: str, selected: bool = False) -> list[R
             compiled.op.name, impl.name, choice.config.short(), key, "int64" if wide else "int32",
             arch, res.registers, res.shared, res.stack, res.spill_stores, res.spill_loads, block,
             len(lns), max_block(arch, res.registers), occ.blocks, occ.warps, occ.occupancy,
-            occ.limiter, occ.fits, occ.reason, spills, low, selected))
+            occ.limiter, occ.fits, occ.reason, spills, low, selected,
+            _mix(source, entry, arch, tuple(options)) if sass else None))
     return rows
 
 
+def _mix(source, entry, arch, options):
+    from .sass import kernel_mix
+
+    return kernel_mix(source, entry, arch, options or nvrtc.DEFAULT_OPTIONS)
+
+
 def resources(op: str, *input_types, target: str = "cuda -arch=sm_90", impl: str | None = None,
-              all_configs: bool = False, **attrs) -> list[ResourceRow]:
+              all_configs: bool = False, sass: bool = False, **attrs) -> list[ResourceRow]:
     """Registers, shared memory, spills, block size and occupancy of every kernel an operator
     call launches on a CUDA GPU of the target's arch, with no GPU (ptxas through NVRTC).
 
@@ -189,6 +200,7 @@ def resources(op: str, *input_types, target: str = "cuda -arch=sm_90", impl: str
         target: a CUDA target; ``-arch=`` picks the architecture (default sm_90).
         impl: one implementation; default every one that applies to the call.
         all_configs: every config of each implementation's space, not only the default.
+        sass: also each kernel's SASS instruction mix (cuobjdump; gpucg.verify.sass).
         attrs: the operator's attributes.
 
     Returns:
@@ -223,7 +235,8 @@ def resources(op: str, *input_types, target: str = "cuda -arch=sm_90", impl: str
             continue  # host code: nothing for ptxas
         for config in list(choice.impl.space) if all_configs else [None]:
             compiled, launches = record_launches(op, input_types, str(tgt), short, config, attrs)
-            rows += launch_rows(compiled, launches, arch, selected=choice.impl.name == chosen)
+            rows += launch_rows(compiled, launches, arch, selected=choice.impl.name == chosen,
+                                sass=sass)
     if not rows:
         raise InputError(f"{op} has no CUDA kernel implementation for this call "
                          f"(candidates: {', '.join(names) or 'none'})")

@@ -1,0 +1,125 @@
+"""The SASS of generated kernels (cuobjdump of NVRTC's CUBIN, no GPU): the instruction mix
+parses, the SIMT GEMM tile reads shared memory 128 bits at a time and keeps no local memory, and
+the tensor-core GEMM (gemm_mma) holds HMMA, LDSM and
+LDGSTS on sm_80 and sm_90."""
+
+import json
+import re
+
+import pytest
+
+import gpucg
+from gpucg.errors import BackendUnavailableError
+from gpucg.verify import resources as res, sass
+
+from conftest import _require
+
+ARCHS = ("sm_80", "sm_90")
+
+
+@pytest.fixture
+def sass_or_skip(nvrtc_or_skip):
+    try:
+        return sass.version()
+    except BackendUnavailableError as exc:
+        if _require("sass"):
+            pytest.fail(f"cuobjdump is required (GPUCG_REQUIRE) but unavailable: {exc}")
+        pytest.skip(str(exc))
+
+
+def mixes(op, *types, impl, arch, **attrs):
+    return {r.kernel: r.sass for r in res.resources(op, *types, target=f"cuda -arch={arch}",
+                                                    impl=impl, sass=True, **attrs)}
+
+
+def test_parse_counts_kinds_and_drops_predicates():
+    text = """
+        Function : k
+        /*0000*/                   LDG.E.128.CONSTANT R4, desc[UR8][R2.64] ;  /* 0x0 */
+        /*0010*/              @!P0 LDS.128 R8, [R0+0x10] ;                   /* 0x0 */
+        /*0020*/               @P1 FFMA R1, R2, R3, R1 ;                      /* 0x0 */
+        /*0030*/                   HMMA.16816.F32 R4, R8, R12, R4 ;           /* 0x0 */
+        /*0040*/                   STL [R1], R2 ;                             /* 0x0 */
+        /*0050*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;              /* 0x0 */
+        /*0060*/                   LDS R3, [R0] ;                             /* 0x0 */
+        Function : other
+        /*0000*/                   EXIT ;                                     /* 0x0 */
+    """
+    parsed = sass.parse_sass(text)
+    assert parsed["other"] == ["EXIT"]
+    mix = sass.instruction_mix(parsed["k"])
+    assert mix["LDG.128"] == mix["LDS.128"] == mix["FFMA"] == mix["HMMA"] == 1
+    assert mix["STL"] == mix["BAR"] == 1 and mix["LDL"] == 0 and mix["LDS.64"] == 0
+    assert mix["TOTAL"] == 7
+    sass.assert_sass(mix, has=("HMMA", "FFMA"), none=("LDL",))
+    with pytest.raises(AssertionError, match="STL"):
+        sass.assert_sass(mix, has=("HMMA",), none=("LDL", "STL"))
+    with pytest.raises(AssertionError, match="LDSM"):
+        sass.assert_sass(mix, has=("LDSM",))
+
+
+def test_missing_cuobjdump_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.delenv("GPUCG_CUOBJDUMP", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sass, "Path", lambda *_: tmp_path)  # no wheel directory either
+    with pytest.raises(BackendUnavailableError, match=r"gpucg\[sass\]"):
+        sass.cuobjdump()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_simt_gemm_reads_shared_memory_128_bits_at_a_time(sass_or_skip, arch):
+    """dense gemm_tiled, float32, default config: LDS.128 fragment reads, 128-bit global
+    loads, FFMA, barriers, and no local memory."""
+    for size in (1024, 4096):  # the device-filling default and the 128 x 128 tile
+        t = gpucg.tensor((size, size), "float32")
+        mix = mixes("dense", t, t, impl="gemm_tiled", arch=arch)["gemm"]
+        sass.assert_sass(mix, has=("LDS.128", "LDG.128", "FFMA", "BAR"),
+                         none=("LDL", "STL", "HMMA"), what=f"dense gemm_tiled {size} {arch}")
+        assert mix["FFMA"] < mix["TOTAL"]
+
+
+def test_resources_cli_prints_the_mix_and_the_banks(sass_or_skip, capsys):
+    from gpucg.cli import main
+
+    assert main(["resources", "dense", "--input", "1024,1024:float32", "--input",
+                 "1024,1024:float32", "--impl", "gemm_tiled", "--sass", "--banks"]) == 0
+    out = capsys.readouterr().out
+    head = next(ln for ln in out.splitlines() if ln.startswith("implementation") and "LDS.128" in ln)
+    assert all(c in head for c in sass.COLUMNS)
+    assert "gemm_tiled.cuda/gemm" in out and "conflict-free" in out and "-way" not in out
+    assert main(["resources", "dense", "--input", "1024,1024:float32", "--input",
+                 "1024,1024:float32", "--impl", "gemm_tiled", "--sass", "--banks", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["rows"][0]["sass"]["LDS.128"] > 0 and got["rows"][0]["sass"]["LDL"] == 0
+    assert all(r["conflict_free"] for b in got["banks"] for r in b["requests"])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sass_of_other_kernels_parses(sass_or_skip, arch):
+    t = gpucg.tensor((64, 4096), "float32")
+    mix = mixes("softmax", t, impl=None, arch=arch)
+    assert mix and all(m["TOTAL"] > 0 and not m["LDL"] and not m["HMMA"] for m in mix.values())
+
+
+def _mma(op, *types, **attrs):
+    sel = gpucg.explain(op, *types, target="cuda -arch=sm_90", records=False, **attrs)
+    assert sel.choices[0].impl.name == "gemm_mma.cuda", sel
+    return "gemm_mma"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype,attrs", [("float16", {}), ("bfloat16", {}),
+                                         ("float32", {"allow_tf32": True})])
+def test_tensor_core_gemm_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, attrs):
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    t = gpucg.tensor((1024, 1024), dtype)
+    impl = _mma("dense", t, t, **attrs)
+    # from the rendered sources (bfloat16 cannot be held in CuPy, so no launch is recorded)
+    f = gpucg.compile("dense", t, t, target=f"cuda -arch={arch}", impl=impl, **attrs)
+    assert f.sources
+    for key, src in f.sources.items():
+        entry = re.search(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', src)
+        mix = sass.kernel_mix(src, entry.group(1), arch)
+        sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS"), none=("LDL", "STL"),
+                         what=f"dense {impl}/{key} {dtype} {arch}")
