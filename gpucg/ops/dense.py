@@ -241,7 +241,12 @@ def _cases(op: str):
                          "split-K, float64", not_simulated={"gemm_tiled": _LONG_K}),
                     Case((t((20, 9), "float16"), t((70, 9), "float16"), t((70,), "float16"),
                           t((20, 70), "float16")), {"activation": "gelu_tanh"}, "small",
-                         "float16, bias, residual")]
+                         "float16, bias, residual"),
+                    Case((t((4096, 4096), "float16"), t((4096, 4096), "float16"),
+                          t((4096,), "float16")), {"activation": "gelu"}, "bench",
+                         "float16 4096^3 + bias + gelu (tensor cores)"),
+                    Case((t((1024, 1024), "float32"), t((1024, 1024), "float32")),
+                         {"allow_tf32": True}, "bench", "square 1024, TF32 allowed (tensor cores)")]
         if op == "matmul":
             return [Case((t((1024, 1024), "float32"), t((1024, 1024), "float32")), {}, "bench",
                          "square 1024"),
@@ -249,7 +254,9 @@ def _cases(op: str):
                          "square 4096"),
                     Case((t((3, 1, 5, 7), "float32"), t((2, 7, 4), "float32")), {}, "small",
                          "broadcast batch"),
-                    Case((t((7,), "float64"), t((7, 3), "float64")), {}, "small", "1-D a")]
+                    Case((t((7,), "float64"), t((7, 3), "float64")), {}, "small", "1-D a"),
+                    Case((t((2048, 1024), "float16"), t((1024, 2048), "float16")), {}, "bench",
+                         "float16, B along n (ldmatrix .trans)")]
         return [Case((t((64, 128, 64), "float32"), t((64, 64, 128), "float32")), {}, "bench",
                      "(64, 128, 64) x (64, 64, 128)"),
                 Case((t((3, 9, 5), "float32"), t((1, 4, 9), "float32")),
