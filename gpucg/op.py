@@ -191,6 +191,24 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
     return op
 
 
+def added_attr(default, before):
+    """A field for an attribute added after tuning records were written: a record that does
+    not name it was measured with ``before`` (its behaviour before the attribute existed),
+    and :func:`record_attrs` fills that in, so old records keep matching."""
+    return field(default=default, metadata={"before": before})
+
+
+def record_attrs(op_name: str, attrs: dict) -> dict:
+    """A stored record's attributes with every attribute added since it was written filled
+    in (see :func:`added_attr`); an unknown operator's unchanged."""
+    op = _OPS.get(op_name)
+    if op is None or not dataclasses.is_dataclass(op.attrs):
+        return attrs
+    added = {f.name: f.metadata["before"] for f in dataclasses.fields(op.attrs)
+             if "before" in f.metadata and f.name not in attrs}
+    return {**attrs, **added} if added else attrs
+
+
 def get_op(name: str) -> OpDef:
     """The registered operator, or OpError listing the known ones."""
     op = _OPS.get(name)

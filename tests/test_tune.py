@@ -365,3 +365,18 @@ def test_ray_measures_on_a_local_instance(tmp_path):
     assert len(r.buckets[0].trials) == 3 and all(t.ok for t in r.buckets[0].trials)
     assert len(RecordLog(tmp_path / "r.jsonl").records) == 3
     assert math.isfinite(r.best.cost)
+
+
+def test_records_older_than_an_attribute_keep_matching():
+    """tests/data's conv2d records predate allow_tf32: they were measured in exact float32, so
+    they stand for allow_tf32=False and match such a workload (and nothing else)."""
+    from gpucg.records.store import Record, attrs_key
+
+    line = RECORDED.read_text().splitlines()[0]
+    assert "allow_tf32" not in json.loads(line)["attrs"]
+    rec = Record.from_json(line)
+    assert json.loads(rec.attrs)["allow_tf32"] is False
+    w = gpucg.autotune.Workload("conv2d", CONV_1X1, target="opencl")
+    assert rec.attrs == attrs_key(w.attrs)
+    w32 = gpucg.autotune.Workload("conv2d", CONV_1X1, target="opencl", allow_tf32=True)
+    assert rec.attrs != attrs_key(w32.attrs)

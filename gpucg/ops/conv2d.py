@@ -17,7 +17,7 @@ import sympy
 
 from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, require_int
-from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
+from ..op import Case, Constraint, KernelInfo, OpPattern, added_attr, register_op
 from ..shape import TensorType, dtype_name, var
 from . import _epilogue
 from ._epilogue import ACTIVATIONS  # noqa: F401 (conv2d_winograd's attributes check it)
@@ -58,7 +58,7 @@ class Conv2dAttrs:
     alpha: float = 1.0
     beta: float = 1.0
     residual_position: str = "after"
-    allow_tf32: bool | None = None
+    allow_tf32: bool | None = added_attr(None, before=False)
 
     def __post_init__(self):
         object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))

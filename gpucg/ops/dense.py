@@ -15,7 +15,8 @@ import sympy
 
 from ..eager import call
 from ..errors import DTypeError, InputError, require_bool
-from ..op import Case, Constraint, KernelInfo, OpPattern, register_gradient, register_op
+from ..op import (Case, Constraint, KernelInfo, OpPattern, added_attr, register_gradient,
+                  register_op)
 from ..shape import TensorType, broadcast_shapes, dtype_name, product, var
 from . import _epilogue
 from ._grads import dense_gradient, matmul_gradient
@@ -53,7 +54,7 @@ class DenseAttrs:
     alpha: float = 1.0
     beta: float = 1.0
     residual_position: str = "after"
-    allow_tf32: bool | None = None
+    allow_tf32: bool | None = added_attr(None, before=False)
 
     def __post_init__(self):
         object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
@@ -67,7 +68,7 @@ class MatmulAttrs:
     """matmul follows NumPy's semantics; allow_tf32: float32 operands may be rounded to TF32
     for tensor cores (None: the GPUCG_ALLOW_TF32 knob, off by default)."""
 
-    allow_tf32: bool | None = None
+    allow_tf32: bool | None = added_attr(None, before=False)
 
     def __post_init__(self):
         object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
@@ -80,7 +81,7 @@ class BatchMatmulAttrs:
 
     transpose_a: bool = False
     transpose_b: bool = False
-    allow_tf32: bool | None = None
+    allow_tf32: bool | None = added_attr(None, before=False)
 
     def __post_init__(self):
         object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))

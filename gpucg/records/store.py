@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..errors import InputError, RecordsError
+from ..op import record_attrs
 from ..shape import TensorType
 
 log = logging.getLogger("gpucg.autotune")
@@ -131,7 +132,8 @@ class Record:
         config = d.get("config", {})
         if not isinstance(config, dict) or not isinstance(d["impl"], str):
             raise ValueError("config must be an object and impl a string")
-        return Record(op=str(d["op"]), attrs=attrs_key(d["attrs"]),
+        attrs = record_attrs(str(d["op"]), dict(d["attrs"]))
+        return Record(op=str(d["op"]), attrs=attrs_key(attrs),
                       inputs=tuple(str(s) for s in d["inputs"]), impl=d["impl"],
                       config=dict(config),
                       bucket=tuple((str(k), int(v)) for k, v in dict(d.get("bucket", {})).items()),
