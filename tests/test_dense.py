@@ -147,10 +147,11 @@ def _forced(op, arrays_, impl, config, **attrs):
     return f(*arrays_)
 
 
-TILES = [dict(BM=128, BN=128, BK=8, TM=8, TN=8, VW=4, DB=True),
-         dict(BM=64, BN=64, BK=16, TM=4, TN=4, VW=2, DB=True),
-         dict(BM=32, BN=64, BK=16, TM=2, TN=4, VW=2, DB=False),
-         dict(BM=16, BN=32, BK=32, TM=1, TN=2, VW=1, DB=True)]
+#: CF: the conflict-free local layouts (padding / XOR swizzle, 128-bit fragment reads) or not
+TILES = [dict(BM=128, BN=128, BK=8, TM=8, TN=8, VW=4, DB=True, CF=True),
+         dict(BM=64, BN=64, BK=16, TM=4, TN=4, VW=2, DB=True, CF=False),
+         dict(BM=32, BN=64, BK=16, TM=2, TN=4, VW=2, DB=False, CF=True),
+         dict(BM=16, BN=32, BK=32, TM=1, TN=2, VW=1, DB=True, CF=True)]
 
 
 @pytest.mark.parametrize("config", TILES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
