@@ -34,10 +34,6 @@ _INT_MAX = {"bool": "1", "int8": "127", "int16": "32767", "int32": "2147483647",
             "uint8": "255", "uint16": "65535", "uint32": "0xFFFFFFFFu"}
 
 
-def is_float(dtype: str) -> bool:
-    return dtype in FLOATS
-
-
 def compute_dtype(dtype: str) -> str:
     """The dtype a value of ``dtype`` is computed in (float16 in float32, the rest as is)."""
     return FLOATS[dtype].compute if dtype in FLOATS else dtype
