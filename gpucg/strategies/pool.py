@@ -57,13 +57,16 @@ def gpu_strategy(kind: str):
     return strategy
 
 
-def _tap_range(offset: int, stride: int, size: int, out: int) -> tuple[int, int, int]:
-    """(first output, end output, first input) of the outputs whose tap at ``offset`` from
-    the window's start (padding subtracted) lands on the input: o * stride + offset in
-    [0, size)."""
+def _tap_slices(offset: int, stride: int, size: int, out: int):
+    """(output slice, input slice) along one axis for the tap at ``offset`` from the window's
+    start (padding subtracted): the outputs o with o * stride + offset in [0, size) and the
+    inputs they read; None when the tap lands on no input."""
     lo = max(0, -(offset // stride))  # ceil(-offset / stride)
     hi = min(out, max(0, -((offset - size) // stride)))  # ceil((size - offset) / stride)
-    return lo, max(lo, hi), lo * stride + offset
+    if hi <= lo:
+        return None
+    first = lo * stride + offset
+    return slice(lo, hi), slice(first, first + (hi - lo - 1) * stride + 1, stride)
 
 
 def _divisor(out: int, k: int, stride: int, dil: int, pad_lo: int, lo: int, hi: int):
@@ -97,17 +100,15 @@ def numpy_pool(kind: str, x: np.ndarray, attrs) -> np.ndarray:
     out_ix = [slice(None)] * 4
     in_ix = [slice(None)] * 4
     for r in range(kh):
-        o0, o1, i0 = _tap_range(r * dh - pt, sh, h, oh)
-        if o0 == o1:
+        rows = _tap_slices(r * dh - pt, sh, h, oh)
+        if rows is None:
             continue
-        out_ix[ah] = slice(o0, o1)
-        in_ix[ah] = slice(i0, i0 + (o1 - o0 - 1) * sh + 1, sh)
+        out_ix[ah], in_ix[ah] = rows
         for s in range(kw):
-            p0, p1, j0 = _tap_range(s * dw - pl, sw, w, ow)
-            if p0 == p1:
+            cols = _tap_slices(s * dw - pl, sw, w, ow)
+            if cols is None:
                 continue
-            out_ix[aw] = slice(p0, p1)
-            in_ix[aw] = slice(j0, j0 + (p1 - p0 - 1) * sw + 1, sw)
+            out_ix[aw], in_ix[aw] = cols
             dst = acc[tuple(out_ix)]
             fold(dst, x[tuple(in_ix)], out=dst)
     if big:
