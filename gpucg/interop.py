@@ -71,6 +71,13 @@ class Framework:
         return out  # a producer with no from_dlpack of its own: NumPy/CuPy out
 
 
+def wrap(framework: Framework | None, out):
+    """Outputs (one array or a tuple) as arrays of ``framework`` (None: as they are)."""
+    if framework is None:
+        return out
+    return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)
+
+
 def _cupy():
     try:
         import cupy
