@@ -56,7 +56,7 @@ class Framework:
             import torch
 
             if isinstance(out, np.ndarray):
-                if is_bfloat16(out.dtype):
+                if out.dtype.kind == "V" and is_bfloat16(out.dtype):  # .kind first: it is cheap
                     return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
                 if out.flags.writeable:  # the same view as from_dlpack's, at half its cost
                     return torch.from_numpy(out)
