@@ -25,7 +25,7 @@ import numpy as np
 from . import counters
 from .compiled import CompiledOp
 from .errors import GpucgError
-from .interop import ingest, ingest_all, native_kind, wrap
+from .interop import Framework, ingest, ingest_all, native_kind, wrap
 from .op import get_op
 from .shape import TensorType, dtype_name, tensor, var
 from .target import Target, require_usable, resolve
@@ -136,12 +136,14 @@ def _steps(compiled, arrays, native):
 
 
 def _fast_call(hit, arrays):
-    compiled, plan, steps, framework = hit
+    compiled, plan, steps, origin = hit
     counters.bump("fast_calls")
     if steps is None:
         return compiled.run(plan, *arrays)
     native = [x if step is None else step(x) for x, step in zip(arrays, steps)]
-    return wrap(framework, compiled.run(plan, *native))
+    out = compiled.run(plan, *native)
+    # the framework, with this call's input as its sample: the memo keeps no user arrays alive
+    return out if origin is None else wrap(Framework(origin[0], arrays[origin[1]]), out)
 
 
 def _with_shapes(exc, op_name, native, attrs, target):
@@ -196,8 +198,9 @@ def call(op_name: str, arrays, target=None, **attrs):
             raise
         raise _with_shapes(exc, op_name, native, attrs_obj, target) from None
     if fast is not None:
-        steps = _steps(compiled, arrays, native)
-        _remember(_FAST, fast, (compiled, plan, steps, framework))
+        origin = None if framework is None else \
+            (framework.name, next(i for i, x in enumerate(arrays) if x is framework.sample))
+        _remember(_FAST, fast, (compiled, plan, _steps(compiled, arrays, native), origin))
     return wrap(framework, compiled.run(plan, *native))
 
 

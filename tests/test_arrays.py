@@ -221,3 +221,17 @@ def test_the_fast_path_serves_device_arrays_and_tensors(target):
     served, y = _fast_calls(lambda: gpucg.ops.add(tt, tt, target=target))
     assert served == 3
     np.testing.assert_array_equal(y.numpy(), 2 * x.reshape(10, 100).T)
+
+
+def test_the_fast_path_keeps_no_input_alive():
+    torch = pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    t = torch.ones(777)
+    gone = weakref.ref(t)
+    for _ in range(2):
+        gpucg.ops.cumsum(t, target="numpy")
+    del t
+    gc.collect()
+    assert gone() is None
