@@ -154,6 +154,26 @@ def test_inputs_that_cannot_be_used_in_place_are_copied():
         assert gpucg.stats()["uploads"] == 1 and gpucg.stats()["borrowed"] == 0
 
 
+@pytest.mark.parametrize("dtype,copies", [("float32", 0), ("float64", 2)])
+def test_kernels_with_wide_vectors_get_aligned_copies(dtype, copies):
+    """gemv loads K four at a time: a float4 (16 bytes) reads a 16-byte-aligned host array in
+    place; a double4 needs 32 bytes, so host arrays 16 bytes off get a copy at the launch."""
+    _shares_host()
+    rng = np.random.default_rng(4)
+    x, w = _aligned((4, 256), dtype, offset=16), _aligned((24, 256), dtype, offset=16)
+    x[:], w[:] = rng.standard_normal(x.shape), rng.standard_normal(w.shape)
+    f = gpucg.compile("dense", gpucg.tensor(x.shape, dtype), gpucg.tensor(w.shape, dtype),
+                      target="opencl", impl="gemv")
+    vector = "double4" if dtype == "float64" else "float4"
+    assert any(vector in src for src in f.sources.values())
+    gpucg.stats(reset=True)
+    y = f(x, w)
+    counts = gpucg.stats()
+    assert counts["borrowed"] == 2 and counts["uploads"] == copies, counts
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_large_results_come_back_mapped():
     _shares_host()
     x = _aligned((512, 1024))  # 2 MiB of result

@@ -9,6 +9,7 @@ results come back mapped (``to_host``) instead of copied into fresh host memory.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 import numpy as np
@@ -25,9 +26,13 @@ log = logging.getLogger("gpucg.runtime")
 _PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
 
 #: a host array is used in place only where its address is a multiple of this (and of its
-#: element size): the widest type gpucg's OpenCL kernels load is 16 bytes (float4, uint4).
-#: PoCL itself takes any host pointer in place; others may copy behind the call, still correct.
+#: element size). A kernel that loads wider vector types (a double4 needs 32 bytes: the
+#: compiler emits aligned loads) gets a copy of a borrowed input that is not aligned for them,
+#: made at its launch (OpenCLProgram.align). PoCL itself takes any host pointer in place.
 HOST_PTR_ALIGN = 16
+_VECTOR = re.compile(r"\b(u?char|u?short|half|u?int|float|u?long|double)(2|3|4|8|16)\b")
+_SIZES = {"char": 1, "short": 2, "half": 2, "int": 4, "float": 4, "long": 8, "double": 8}
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 #: results at least this large come back mapped, smaller ones copied (a map costs more).
 MAP_MIN_BYTES = 1 << 20
 
@@ -38,15 +43,17 @@ class DeviceArray:
     pyopencl.array.Array to make, which matters for small calls. Users get pyopencl arrays
     (``OpenCLBackend.export``)."""
 
-    __slots__ = ("data", "shape", "dtype", "size", "nbytes", "fresh")
+    __slots__ = ("data", "shape", "dtype", "size", "nbytes", "fresh", "host")
     gpucg_backend = "opencl"
 
-    def __init__(self, data, shape, dtype, fresh: bool = False):
+    def __init__(self, data, shape, dtype, fresh: bool = False, host=None):
         self.data = data
         self.shape = shape
         self.dtype = dtype
         #: made by OpenCLBackend.empty: its buffer is no one else's (the result may be mapped)
         self.fresh = fresh
+        #: the NumPy array whose memory ``data`` uses in place (OpenCLBackend.borrow), or None
+        self.host = host
         size = 1
         for d in shape:
             size *= d
@@ -58,15 +65,28 @@ class DeviceArray:
         return len(self.shape)
 
 
+def vector_align(source: str) -> int:
+    """The alignment in bytes that a kernel's vector types need (their size; 1 for none)."""
+    sizes = [_SIZES[base.lstrip("u")] * (4 if n == "3" else int(n))
+             for base, n in _VECTOR.findall(_COMMENT.sub("", source))]
+    return max(sizes, default=1)
+
+
 class OpenCLProgram(Program):
-    def __init__(self, backend: "OpenCLBackend", kernel, entry: str):
+    def __init__(self, backend: "OpenCLBackend", kernel, entry: str, align: int = 1):
         self.backend = backend
         self.kernel = kernel
         self.entry = entry
+        #: the alignment its vector types need of the buffers it is given
+        self.align = align
 
     def launch(self, args, grid: int, block: int) -> None:
         self.backend.check_block(block)
         cl = self.backend.cl
+        if self.align > HOST_PTR_ALIGN:
+            for a in args:
+                if type(a) is DeviceArray and a.host is not None:
+                    self.backend.align_borrowed(a, self.align)
         raw = [a.data if isinstance(a, (DeviceArray, self.backend.cla.Array)) else a for a in args]
         try:
             self.kernel(self.backend.queue, (grid * block,), (block,), *raw)
@@ -207,7 +227,7 @@ class OpenCLBackend(Backend):
                     self._disk.put(key, bytes(binaries[0]))
             except cl.Error:
                 pass
-        prog = OpenCLProgram(self, cl.Kernel(built, entry), entry)
+        prog = OpenCLProgram(self, cl.Kernel(built, entry), entry, vector_align(source))
         self._programs[key + entry] = prog
         return prog
 
@@ -245,7 +265,14 @@ class OpenCLBackend(Backend):
         mf = self.cl.mem_flags
         buf = self.cl.Buffer(self.context, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=array)
         stats.bump("borrowed")
-        return DeviceArray(buf, array.shape, array.dtype)
+        return DeviceArray(buf, array.shape, array.dtype, host=array)
+
+    def align_borrowed(self, array: DeviceArray, align: int) -> None:
+        """A borrowed input copied (once) for a kernel that needs more alignment than its host
+        memory has; the copy replaces the host memory for the rest of the call."""
+        if array.host.ctypes.data % align:
+            copy = self.to_device(array.host)
+            array.data, array.host = copy.data, None
 
     def to_host(self, array):
         if isinstance(array, np.ndarray):
