@@ -8,6 +8,8 @@ Quick start::
     f = gpucg.compile("cumsum", gpucg.tensor((n, 1024), "float32"), axis=1, target="opencl")
     print(f.dispatcher_source); print(f.sources)              # what runs
     print(gpucg.explain("cumsum", gpucg.tensor((n, 1024), "float32"), axis=1, target="cuda"))
+    w = gpucg.asarray(np.ones((1024, 1024), np.float32), target="opencl")  # stays on the device
+    gpucg.to_host(gpucg.ops.sum(w, axis=1))                   # back as NumPy
 """
 
 from .version import __version__
@@ -25,6 +27,7 @@ from .strategy import Strategy
 from .op import (Case, KernelInfo, OpPattern, get_op, list_ops, register_gradient, register_op,
                  register_strategies, register_strategy)
 from .compiled import CompiledOp, compile, explain  # noqa: A004
+from .arrays import asarray, to_host
 from .autodiff import grad
 from .verify.resources import resources
 from .autotune.tuner import tune
@@ -38,7 +41,8 @@ _builtin.load()
 
 def stats(reset: bool = False) -> dict:
     """Counters since start (or the last reset): compiles, memory_hits, disk_hits, launches,
-    renders, dispatches."""
+    renders, dispatches, uploads/downloads (host-device copies), borrowed/mapped (host memory
+    used in place of a copy), fast_calls (eager calls served by the fast path)."""
     return _counters.snapshot(reset)
 
 
@@ -48,10 +52,11 @@ __all__ = [
     "InputError", "Kernel", "KernelInfo", "LaunchError", "OpError", "OpPattern", "RecordsError",
     "ResourceError",
     "SignatureError", "SpecializedCondition", "Strategy", "StrategyError", "Target",
-    "TargetError", "TargetUnavailableError", "TensorType", "TuneError", "__version__", "compile",
+    "TargetError", "TargetUnavailableError", "TensorType", "TuneError", "__version__", "asarray",
+    "compile",
     "default_target", "explain", "get_op", "grad", "host_impl", "kernel_impl", "list_ops", "ops",
     "register_broadcast_schedule", "register_gradient", "register_injective_schedule",
     "register_op",
     "register_reduce_schedule", "register_strategies", "register_strategy",
-    "register_target_kind", "resources", "stats", "targets", "tensor", "tune", "var",
+    "register_target_kind", "resources", "stats", "targets", "tensor", "to_host", "tune", "var",
 ]

@@ -17,7 +17,7 @@ import numpy as np
 from . import codegen, dispatch as _dispatch
 from .records import store as _records
 from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
-from .interop import ingest_all, native_kind
+from .interop import ingest_all, native_kind, wrap
 from .op import get_op
 from . import counters as stats
 from .runtime import backend_status, get_backend
@@ -298,13 +298,16 @@ class CompiledOp:
                 raise InputError(f"{self.op.name}: {name} is a {native_kind(x)} array but the "
                                  f"target is {self.target}; pass a NumPy array or an array of "
                                  "that target")
+            else:
+                self.backend.check_array(x, f"{self.op.name}: {name}")
         return arrays, host
 
-    def prepare(self, arrays) -> tuple:
-        """Native arrays as the backend runs them: NumPy moved to the device, all contiguous."""
-        backend = self.backend
-        device = self.target.backend != "numpy"
-        return tuple(backend.to_device(x) if device and isinstance(x, np.ndarray)
+    def prepare(self, arrays, borrow: bool = True) -> tuple:
+        """Native arrays as the backend runs them: NumPy moved to the device (``borrow``: for
+        this call only, in place where the device shares host memory), all contiguous."""
+        backend, device = self.backend, self.target.backend != "numpy"
+        move = backend.borrow if borrow else backend.to_device
+        return tuple(move(x) if device and isinstance(x, np.ndarray)
                      else backend.contiguous(x) for x in arrays)
 
     def plan(self, *native_arrays) -> Plan:
@@ -352,17 +355,14 @@ class CompiledOp:
                                  f"got {len(arrays)}")
         require_usable(self.target)
         native, _, framework = ingest_all(arrays, self.op.input_names, self.op.name)
-        out = self.run(self._plan(*native), *native)
-        if framework is None:
-            return out
-        return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)
+        return wrap(framework, self.run(self._plan(*native), *native))
 
     def bind(self, *native_arrays):
         """A function of no arguments that runs this operator on arrays of its target, with
         the dispatcher's checks done once, here (timing loops: the tuner). It returns the
         outputs as a call does."""
         plan = self._plan(*native_arrays)
-        inputs = self.prepare(native_arrays)
+        inputs = self.prepare(native_arrays, borrow=False)  # kept beyond this call: copies
         return lambda: self._execute(plan.index, inputs, plan.out_shapes, plan.wide, False)
 
 

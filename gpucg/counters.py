@@ -1,4 +1,6 @@
-"""Process-wide counters: compiles, cache hits, launches, renders, dispatches."""
+"""Process-wide counters: compiles, cache hits, launches, renders, dispatches; host-device
+traffic (uploads and downloads are copies, borrowed and mapped are host memory used in place);
+eager calls served by the fast path (fast_calls)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ _lock = threading.Lock()
 _counts: Counter = Counter()
 
 KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "dispatches")
+KEYS += ("uploads", "downloads", "borrowed", "mapped", "fast_calls")
 
 
 def bump(key: str, n: int = 1) -> None:

@@ -55,8 +55,11 @@ class Framework:
         if self.name == "torch":
             import torch
 
-            if isinstance(out, np.ndarray) and is_bfloat16(out.dtype):
-                return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+            if isinstance(out, np.ndarray):
+                if out.dtype.kind == "V" and is_bfloat16(out.dtype):  # .kind first: it is cheap
+                    return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+                if out.flags.writeable:  # the same view as from_dlpack's, at half its cost
+                    return torch.from_numpy(out)
             return torch.from_dlpack(out)
         ns = getattr(self.sample, "__array_namespace__", None)
         if ns is not None:
@@ -69,6 +72,13 @@ class Framework:
             if fn is not None:
                 return fn(out)
         return out  # a producer with no from_dlpack of its own: NumPy/CuPy out
+
+
+def wrap(framework: Framework | None, out):
+    """Outputs (one array or a tuple) as arrays of ``framework`` (None: as they are)."""
+    if framework is None:
+        return out
+    return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)
 
 
 def _cupy():

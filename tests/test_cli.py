@@ -108,6 +108,9 @@ def test_bench_quick(capsys):
     assert "/peer0" in out and "GB/s" in out and "np.cumsum" in out and "warm eager cumsum" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("warm eager cumsum on 1000 elements (numpy)"))
     assert np.isfinite(float(line.split("overhead ")[1].split(" us")[0]))
+    by_input = [ln for ln in out.splitlines() if ln.startswith("warm eager cumsum on 1000 elements by input")]
+    assert by_input and all("NOT on the fast path" not in ln for ln in by_input)
+    assert "numpy.ndarray" in by_input[0] and "(fast path, its share" in by_input[0]
 
 
 def test_bench_topk_quick(capsys):

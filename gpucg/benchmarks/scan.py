@@ -107,6 +107,59 @@ def print_overhead(rows) -> None:
         print(line)
 
 
+def _inputs(target: str, x: np.ndarray) -> list:
+    """(label, array) of each kind of input the eager fast path serves: a NumPy array, a torch
+    tensor (where torch is installed) and the target's own device array."""
+    out = [("numpy.ndarray", x)]
+    try:
+        import torch
+
+        out.append(("torch.Tensor", torch.from_numpy(x.copy())))
+    except ImportError:
+        pass
+    if target != "numpy":
+        d = gpucg.asarray(x, target=target)
+        out.append((f"{type(d).__module__.split('.')[0]} device array", d))
+    return out
+
+
+def input_overheads(repeat: int = 300) -> list[dict]:
+    """Warm eager cumsum on 1000 float32 elements per kind of input and target: the time per
+    call, whether the fast path served it, and its share (the call against the same run after
+    the memo lookup: the compiled operator's plan run on the input as the fast path hands it
+    over)."""
+    from gpucg.interop import ingest
+
+    x = np.ones(1000, np.float32)
+    rows = []
+    for target in OVERHEAD_GOALS_US:
+        if not backend_status(target)[0]:
+            continue
+        be = get_backend(target)
+        f = gpucg.compile("cumsum", gpucg.tensor(x.shape, "float32"), target=target)
+        for label, a in _inputs(target, x):
+            gpucg.ops.cumsum(a, target=target)
+            before = gpucg.stats()["fast_calls"]
+            ours = median_time(lambda: gpucg.ops.cumsum(a, target=target), be.synchronize,
+                               repeat=repeat, warmup=5)
+            fast = gpucg.stats()["fast_calls"] - before == repeat + 5
+            native = ingest(a, "data", "cumsum")[0]
+            plan = f.plan(native)
+            floor = median_time(lambda: f.run(plan, native), be.synchronize, repeat=repeat,
+                                warmup=5)
+            rows.append({"target": target, "input": label, "eager_us": ours * 1e6,
+                         "fast_path": fast, "share_us": (ours - floor) * 1e6})
+    return rows
+
+
+def print_input_overheads(rows) -> None:
+    for target in dict.fromkeys(r["target"] for r in rows):
+        parts = [f"{r['input']} {r['eager_us']:.1f} us ("
+                 + (f"fast path, its share {r['share_us']:.1f} us)" if r["fast_path"]
+                    else "NOT on the fast path)") for r in rows if r["target"] == target]
+        print(f"warm eager cumsum on 1000 elements by input ({target}): " + "; ".join(parts))
+
+
 def main(argv=()) -> int:
     p = argparse.ArgumentParser(prog="gpucg bench scan")
     p.add_argument("--json", action="store_true", help="print the results as JSON too")
@@ -131,9 +184,12 @@ def main(argv=()) -> int:
                 for label, t, err in _ours(x, axis, args.repeat)]
         print_case(name, f"{name}: {x.size} float32 elements", peers, ours, gbytes, results)
     ov = overhead()
+    by_input = input_overheads(30 if args.quick else 300)
     print()
     print_overhead(ov)
+    print_input_overheads(by_input)
     traffic = print_traffic(["cumsum"], not args.no_traffic)
     if args.json:
-        print(json.dumps({"results": results, "overhead": ov, "traffic": traffic}, indent=1))
+        print(json.dumps({"results": results, "overhead": ov, "by_input": by_input,
+                          "traffic": traffic}, indent=1))
     return 0

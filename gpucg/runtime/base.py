@@ -1,8 +1,9 @@
 """The backend contract, the same for every backend.
 
 ``compile(source, entry, options) -> Program``; ``Program(*args, grid=, block=)`` launches;
-arrays are made and moved with ``empty``/``to_device``/``to_host``; ``owns(x)`` says whether an
-array already lives on this backend.
+arrays are made and moved with ``empty``/``to_device``/``to_host`` (``borrow`` for one call's
+inputs, which may share the host's memory); ``owns(x)`` says whether an array already lives on
+this backend, and ``check_array`` whether it lives on this backend's context or device.
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ class Backend(ABC):
 
     @abstractmethod
     def owns(self, array) -> bool: ...
+
+    def borrow(self, array: np.ndarray):
+        """A host array as one call's input on the device: a copy unless the backend can use
+        the host's memory in place (it must not be kept beyond the call)."""
+        return self.to_device(array)
+
+    def check_array(self, array, what: str) -> None:
+        """Raise InputError naming ``what`` when an array this backend owns by type lives on
+        another context or device than the backend's."""
 
     def contiguous(self, array):
         return array

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 
 from ..codegen import CUDA
-from ..errors import CompileError, DTypeError, LaunchError, TargetUnavailableError
+from ..errors import CompileError, DTypeError, InputError, LaunchError, TargetUnavailableError
 from ..half import is_bfloat16
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous
@@ -136,15 +136,27 @@ class CudaBackend(Backend):
     def to_device(self, array):
         self._require()
         _no_bfloat16(array.dtype)
+        stats.bump("uploads")
         return self.cupy.asarray(c_contiguous(np.asarray(array)))
 
     def to_host(self, array):
         if isinstance(array, np.ndarray):
             return array
+        stats.bump("downloads")
         return self.cupy.asnumpy(array)
 
     def owns(self, array) -> bool:
         return self._ready and isinstance(array, self.cupy.ndarray)
+
+    def check_array(self, array, what: str) -> None:
+        """InputError unless a CuPy array is on the current device (where kernels launch)."""
+        device = getattr(array, "device", None)
+        current = self.cupy.cuda.Device().id
+        if device is not None and device.id != current:
+            raise InputError(f"{what} is a cupy array on CUDA device {device.id}, but target cuda "
+                             f"runs on device {current} (the current device); copy it there "
+                             f"(cupy.asarray under `with cupy.cuda.Device({current})`), or "
+                             "switch devices")
 
     def contiguous(self, array):
         return c_contiguous(array, self.cupy)

@@ -1,15 +1,22 @@
-"""The OpenCL backend (PyOpenCL). In CI it runs on PoCL, a CPU OpenCL implementation."""
+"""The OpenCL backend (PyOpenCL). In CI it runs on PoCL, a CPU OpenCL implementation.
+
+On a device that shares memory with the host (a CPU device such as PoCL, or one reporting
+CL_DEVICE_HOST_UNIFIED_MEMORY), a call's NumPy inputs are used in place: ``borrow`` wraps them
+in CL_MEM_USE_HOST_PTR buffers instead of copying, for the duration of one call, and large
+results come back mapped (``to_host``) instead of copied into fresh host memory.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 import numpy as np
 
 from .. import knobs
 from ..codegen import OPENCL
-from ..errors import CompileError, LaunchError, TargetUnavailableError
+from ..errors import CompileError, InputError, LaunchError, TargetUnavailableError
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous
 from .cache import DiskCache, cache_key
@@ -18,6 +25,17 @@ log = logging.getLogger("gpucg.runtime")
 
 _PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
 
+#: a host array is used in place only where its address is a multiple of this (and of its
+#: element size). A kernel that loads wider vector types (a double4 needs 32 bytes: the
+#: compiler emits aligned loads) gets a copy of a borrowed input that is not aligned for them,
+#: made at its launch (OpenCLProgram.align). PoCL itself takes any host pointer in place.
+HOST_PTR_ALIGN = 16
+_VECTOR = re.compile(r"\b(u?char|u?short|half|u?int|float|u?long|double)(2|3|4|8|16)\b")
+_SIZES = {"char": 1, "short": 2, "half": 2, "int": 4, "float": 4, "long": 8, "double": 8}
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+#: results at least this large come back mapped, smaller ones copied (a map costs more).
+MAP_MIN_BYTES = 1 << 20
+
 
 class DeviceArray:
     """A device buffer with the array attributes kernels' launch code reads (shape, dtype,
@@ -25,13 +43,17 @@ class DeviceArray:
     pyopencl.array.Array to make, which matters for small calls. Users get pyopencl arrays
     (``OpenCLBackend.export``)."""
 
-    __slots__ = ("data", "shape", "dtype", "size", "nbytes")
+    __slots__ = ("data", "shape", "dtype", "size", "nbytes", "fresh", "host")
     gpucg_backend = "opencl"
 
-    def __init__(self, data, shape, dtype):
+    def __init__(self, data, shape, dtype, fresh: bool = False, host=None):
         self.data = data
         self.shape = shape
         self.dtype = dtype
+        #: made by OpenCLBackend.empty: its buffer is no one else's (the result may be mapped)
+        self.fresh = fresh
+        #: the NumPy array whose memory ``data`` uses in place (OpenCLBackend.borrow), or None
+        self.host = host
         size = 1
         for d in shape:
             size *= d
@@ -43,15 +65,28 @@ class DeviceArray:
         return len(self.shape)
 
 
+def vector_align(source: str) -> int:
+    """The alignment in bytes that a kernel's vector types need (their size; 1 for none)."""
+    sizes = [_SIZES[base.lstrip("u")] * (4 if n == "3" else int(n))
+             for base, n in _VECTOR.findall(_COMMENT.sub("", source))]
+    return max(sizes, default=1)
+
+
 class OpenCLProgram(Program):
-    def __init__(self, backend: "OpenCLBackend", kernel, entry: str):
+    def __init__(self, backend: "OpenCLBackend", kernel, entry: str, align: int = 1):
         self.backend = backend
         self.kernel = kernel
         self.entry = entry
+        #: the alignment its vector types need of the buffers it is given
+        self.align = align
 
     def launch(self, args, grid: int, block: int) -> None:
         self.backend.check_block(block)
         cl = self.backend.cl
+        if self.align > HOST_PTR_ALIGN:
+            for a in args:
+                if type(a) is DeviceArray and a.host is not None:
+                    self.backend.align_borrowed(a, self.align)
         raw = [a.data if isinstance(a, (DeviceArray, self.backend.cla.Array)) else a for a in args]
         try:
             self.kernel(self.backend.queue, (grid * block,), (block,), *raw)
@@ -68,6 +103,7 @@ class OpenCLBackend(Backend):
         self._lock = threading.Lock()
         self._ready = False
         self._reason = ""
+        self.shares_host = False
         self._programs: dict[str, OpenCLProgram] = {}
         self._disk = DiskCache(namespace="opencl")
 
@@ -113,6 +149,7 @@ class OpenCLBackend(Backend):
                 self.queue = cl.CommandQueue(
                     ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
                 self.device_type = "gpu" if device.type & cl.device_type.GPU else "cpu"
+                self.shares_host = self.device_type == "cpu" or _unified(device)
                 self._ready = True
                 if failures:
                     log.info("skipped OpenCL devices that cannot compile: %s", "; ".join(failures))
@@ -190,7 +227,7 @@ class OpenCLBackend(Backend):
                     self._disk.put(key, bytes(binaries[0]))
             except cl.Error:
                 pass
-        prog = OpenCLProgram(self, cl.Kernel(built, entry), entry)
+        prog = OpenCLProgram(self, cl.Kernel(built, entry), entry, vector_align(source))
         self._programs[key + entry] = prog
         return prog
 
@@ -203,26 +240,66 @@ class OpenCLBackend(Backend):
         for d in shape:
             size *= d
         buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, max(size * dtype.itemsize, 1))
-        return DeviceArray(buf, shape, dtype)
+        return DeviceArray(buf, shape, dtype, fresh=True)
 
     def to_device(self, array):
+        """A device copy of a host array (it stays valid whatever the host array does next)."""
         self._require()
         array = c_contiguous(np.asarray(array))
         if array.nbytes == 0:
             return self.empty(array.shape, array.dtype)
         mf = self.cl.mem_flags
         buf = self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
+        stats.bump("uploads")
         return DeviceArray(buf, array.shape, array.dtype)
+
+    def borrow(self, array):
+        """A host array as one call's read-only input: in place (CL_MEM_USE_HOST_PTR) where
+        the device shares host memory and the array is contiguous, aligned and writeable
+        (PyOpenCL asks for a writeable buffer), else a copy. The call must not keep it."""
+        self._require()
+        if (not self.shares_host or not array.flags.c_contiguous or not array.flags.writeable
+                or array.nbytes == 0
+                or array.ctypes.data % max(HOST_PTR_ALIGN, array.dtype.itemsize)):
+            return self.to_device(array)
+        mf = self.cl.mem_flags
+        buf = self.cl.Buffer(self.context, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=array)
+        stats.bump("borrowed")
+        return DeviceArray(buf, array.shape, array.dtype, host=array)
+
+    def align_borrowed(self, array: DeviceArray, align: int) -> None:
+        """A borrowed input copied (once) for a kernel that needs more alignment than its host
+        memory has; the copy replaces the host memory for the rest of the call."""
+        if array.host.ctypes.data % align:
+            copy = self.to_device(array.host)
+            array.data, array.host = copy.data, None
 
     def to_host(self, array):
         if isinstance(array, np.ndarray):
             return array
         if isinstance(array, DeviceArray):
+            if array.fresh and self.shares_host and array.nbytes >= MAP_MIN_BYTES:
+                # the host sees the buffer's own memory: map it (unmapped when the array dies)
+                mf = self.cl.map_flags
+                out, _ = self.cl.enqueue_map_buffer(self.queue, array.data, mf.READ | mf.WRITE,
+                                                    0, array.shape, array.dtype)
+                stats.bump("mapped")
+                return out
             out = np.empty(array.shape, array.dtype)
             if out.nbytes:
                 self.cl.enqueue_copy(self.queue, out, array.data)
+                stats.bump("downloads")
             return out
+        stats.bump("downloads")
         return array.get()
+
+    def check_array(self, array, what: str) -> None:
+        """InputError unless a pyopencl array lives in this backend's context."""
+        context = getattr(array, "context", None)
+        if context is not None and context != self.context:
+            raise InputError(f"{what} is a pyopencl array of {_describe(context)}, but target "
+                             f"opencl runs on {_describe(self.context)}; make it with "
+                             "gpucg.asarray(x, target='opencl'), or pass gpucg.to_host(x)")
 
     def export(self, array):
         """A pyopencl.array.Array of a gpucg array (no copy), for callers on the device."""
@@ -246,3 +323,16 @@ class OpenCLBackend(Backend):
     def synchronize(self) -> None:
         if self._ready:
             self.queue.finish()
+
+
+def _unified(device) -> bool:
+    try:  # CL_DEVICE_HOST_UNIFIED_MEMORY: deprecated in OpenCL 2.0, absent from some drivers
+        return bool(device.host_unified_memory)
+    except Exception:
+        return False
+
+
+def _describe(context) -> str:
+    """"context 0x55d1c0 (device pthread-haswell-AMD EPYC)": which context, on what devices."""
+    names = ", ".join(d.name.strip() for d in context.devices)
+    return f"context {context.int_ptr:#x} (device {names})"
