@@ -184,8 +184,10 @@ def _cases():
             c((4, 32, 1, 128), (4, 8, 8192, 128), "float16", "bench", "decode GQA 32/8"),
             c((1, 2, 37, 64), (1, 2, 53, 64), "float32", "small", "odd lengths, causal",
               causal=True),
-            c((2, 4, 1, 32), (2, 1, 70, 32), "float16", "small", "MQA decode"),
-            c((1, 2, 19, 80), (1, 2, 19, 80), "bfloat16", "small", "mask and softcap",
+            c((2, 4, 1, 32), (2, 1, 70, 32), "float16", "small", "MQA, one query"),
+            c((1, 2, 3, 32), (1, 1, 1024, 32), "float32", "small", "split-KV decode, causal",
+              causal=True, return_lse=True),
+            c((1, 2, 19, 80), (1, 2, 19, 80), "float16", "small", "mask and softcap",
               mask=((1, 1, 19, 19), "bool"), softcap=20.0)]
 
 
