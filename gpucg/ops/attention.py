@@ -23,8 +23,9 @@ import sympy
 
 from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, describe, require_bool
-from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
+from ..op import Case, Constraint, KernelInfo, OpPattern, register_gradient, register_op
 from ..shape import TensorType, var
+from ._attention_grad import attention_gradient
 
 DTYPES = ("float16", "bfloat16", "float32")
 MASK_DTYPES = ("bool",) + DTYPES
@@ -225,3 +226,7 @@ def attention(q, k, v, *, causal=False, mask=None, scale=None, layout="BHSD", so
     inputs = (q, k, v) if mask is None else (q, k, v, mask)
     return call("attention", inputs, target=target, causal=causal, scale=scale, layout=layout,
                 softcap=softcap, return_lse=return_lse)
+
+
+# -- the gradient, written with registered operators (gpucg/ops/_attention_grad.py) -------------
+register_gradient("attention", attention_gradient)
