@@ -39,8 +39,6 @@ def _bias(mask, causal, shape, k0, k1):
 
 
 def attention_gradient(ctx):
-    from .attention import softmax_scale
-
     a, call = ctx.attrs, ctx.call
     q, k, v = ctx.inputs[:3]
     mask = ctx.inputs[3] if len(ctx.inputs) == 4 else None
@@ -55,7 +53,7 @@ def attention_gradient(ctx):
     b, hq, sq, d = (int(s) for s in q.shape)
     hkv, skv = int(k.shape[1]), int(k.shape[2])
     g, bh, rows = hq // hkv, b * hkv, (hq // hkv) * sq
-    scale = softmax_scale(a, d)
+    scale = a.scale if a.scale is not None else 1.0 / float(np.sqrt(d))
 
     def finish(x, shape):
         x = call("reshape", x, shape=shape)
