@@ -319,3 +319,15 @@ def test_gradient_against_torch_autograd(target, case):
     for name, g_, w in zip("qkv", got, want):
         np.testing.assert_allclose(np.asarray(g_, np.float64), w, rtol=1e-4, atol=1e-5,
                                    err_msg=f"d{name}")
+
+
+def test_bench_quick(capsys):
+    from gpucg.benchmarks.attention import flops, main
+
+    assert flops(1, 1, 2, 2, 1, True) == 4.0 * 3 and flops(1, 1, 1, 5, 2, True) == 40.0
+    assert main(["--quick", "--repeat", "1", "--json", "--targets", "numpy"]) == 0
+    out = capsys.readouterr().out
+    assert "torch SDPA (cpu)" in out and "gpucg numpy [numpy_attention" in out
+    assert "prefill S=128" in out and "decode Skv=2048" in out and "TFLOP/s" in out
+    from gpucg.benchmarks.lowp import gpu_present
+    assert gpu_present() or "not measured on a GPU" in out
