@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codegen, dispatch as _dispatch
+from . import codegen, dispatch as _dispatch, half as _half
 from .records import store as _records
 from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
 from .interop import ingest_all, native_kind, wrap
@@ -188,7 +188,7 @@ class CompiledOp:
         self._plan = ns["dispatch"]
         self._programs: dict = {}
         self._specs: dict = {}
-        self._out_dtypes = tuple(np.dtype(t.dtype) for t in self.output_types)
+        self._out_dtypes = tuple(_half.numpy_dtype(t.dtype) for t in self.output_types)
         self._lock = threading.Lock()
         self.last_impl: str | None = None
         self.launch_check = None

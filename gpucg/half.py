@@ -28,6 +28,11 @@ def ml_dtypes():
     return module
 
 
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a dtype name; "bfloat16" is ml_dtypes' (NumPy alone has no such)."""
+    return np.dtype(ml_dtypes().bfloat16 if name == "bfloat16" else name)
+
+
 def half_format(dtype) -> str | bool:
     """The storage format of ``dtype`` ("float16" or "bfloat16"), or False for other dtypes.
 

@@ -99,6 +99,12 @@ CALLS = [
     ("batch_norm_float16", "batch_norm", (T((n, 8, h, w), "float16"),) + (T((8,), "float16"),) * 4,
      {}),
     ("batch_norm_channels_last", "batch_norm", (T((n, m)),) + (T((m,)),) * 4, dict(axis=-1)),
+    ("attention_gqa_causal", "attention", (T((n, 8, m, 64), "float16"),)
+     + (T((n, 2, k, 64), "float16"),) * 2, dict(causal=True, return_lse=True)),
+    ("attention_mask_softcap_bshd", "attention", (T((n, m, 4, 32)),) + (T((n, k, 4, 32)),) * 2
+     + (T((m, k), "bool"),), dict(layout="BSHD", softcap=30.0)),
+    ("attention_additive_mask_bfloat16", "attention", (T((n, 4, m, 80), "bfloat16"),)
+     + (T((n, 4, k, 80), "bfloat16"),) * 2 + (T((n, 1, m, k), "float32"),), {}),
 ]
 TARGETS = ["cuda", "opencl"]
 

@@ -6,7 +6,8 @@ import importlib
 
 #: benchmark name -> module under gpucg.benchmarks with a ``main(argv) -> int``
 BENCHMARKS = {"conv2d": "conv2d", "dense": "dense", "scan": "scan", "topk": "topk",
-              "tune": "tune", "reduce": "reduce", "softmax": "softmax"}
+              "tune": "tune", "reduce": "reduce", "softmax": "softmax",
+              "attention": "attention"}
 
 
 def run_benchmark(op: str, argv) -> int:

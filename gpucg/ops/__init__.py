@@ -4,6 +4,7 @@ Each module is one operator family (attributes, type relation, NumPy reference, 
 functions); gpucg.builtin loads them with their strategies when gpucg is imported.
 """
 
+from .attention import attention
 from .batch_norm import batch_norm, fold_batch_norm
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
@@ -23,7 +24,7 @@ from .topk import argsort, sort, topk
 from .transform import (cast, concatenate, expand_dims, flatten, split, squeeze,
                         strided_slice, take)
 
-__all__ = ["Fused", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "clip", "dense",
+__all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "clip", "dense",
            "divide", "equal", "erf", "exp", "flip", "fused", "gelu", "greater", "greater_equal",
            "leaky_relu", "less", "less_equal", "log", "matmul", "maximum", "minimum",
            "multiply", "neg", "negative", "not_equal", "pad", "placeholders", "power",

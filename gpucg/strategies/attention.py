@@ -1,0 +1,246 @@
+"""Strategies of attention: which kernels compute softmax(q k^T * scale [+ mask]) v.
+
+GPU implementations, by plevel (conditions on the symbolic sizes, checked at run time by the
+generated dispatcher, so one compiled attention serves prefill and decode):
+  attention_split  Sq <= 16 and Skv >= 1024 (decoding with a long KV cache): the keys are split
+                   across work-groups (flash-decoding), each writing a normalized partial output
+                   and its log-sum-exp, and a second kernel combines them by their
+                   log-sum-exps; the number of splits fills the GPU's multiprocessors twice.
+  attention_simt   any sizes: one work-group a tile of query rows, keys and values streamed
+                   through local memory, an online softmax in registers, causal tiles above the
+                   diagonal never loaded.
+The host target computes in blocks of queries and keys with the same online softmax, so a
+long sequence never materializes Sq x Skv scores.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import sympy
+
+from ..half import half_format
+from ..implementation import Kernel, host_impl, kernel_impl
+from ..ops.attention import dims, softmax_scale
+from ..runtime.base import ceil_div
+from ..space import ConfigSpace
+from ..strategy import Strategy
+from .gemm_tile import sm_count
+
+#: queries at most, keys at least, for which split-KV decoding is chosen
+DECODE_SQ_MAX = 16
+DECODE_SKV_MIN = 1024
+#: head dims the SIMT kernels keep in registers
+SIMT_D_MAX = 256
+#: local memory of a K and a V tile (float32), at most
+TILE_BYTES = 32768
+
+
+@dataclass(frozen=True)
+class AttnInfo:
+    """What the run functions need: the layout, the mask's kind, the multiprocessors."""
+
+    layout: str
+    has_mask: bool
+    lse: bool
+    sms: int
+
+
+def _sizes(ctx):
+    q, k = ctx.inputs[0], ctx.inputs[1]
+    b, hq, sq, _ = (int(x) for x in dims(q, ctx.info.layout))
+    _, hkv, skv, _ = (int(x) for x in dims(k, ctx.info.layout))
+    return b, hq, hkv, sq, skv
+
+
+def mask_strides(shape, full) -> tuple:
+    """Element strides of a contiguous mask of ``shape`` read as (B, Hq, Sq, Skv) ``full``:
+    0 along broadcast dimensions."""
+    shape = (1,) * (4 - len(shape)) + tuple(int(s) for s in shape)
+    strides, step = [], 1
+    for s, f in zip(reversed(shape), reversed(full)):
+        strides.append(step if s == f and s != 1 else 0)
+        step *= s
+    return tuple(reversed(strides))
+
+
+def _common(ctx):
+    b, hq, hkv, sq, skv = _sizes(ctx)
+    arrays = tuple(ctx.inputs[:3]) + ((ctx.inputs[3],) if ctx.info.has_mask else ())
+    strides = (mask_strides(ctx.inputs[3].shape, (b, hq, sq, skv))
+               if ctx.info.has_mask else ())
+    return (b, hq, hkv, sq, skv), arrays, tuple(ctx.size(s) for s in strides)
+
+
+def _simt_run(ctx, main):
+    (b, hq, hkv, sq, skv), arrays, mstr = _common(ctx)
+    if b * hq * sq == 0:
+        return
+    s, wg = ctx.size, ctx.config["wg"]
+    qtiles = ceil_div(sq, wg)
+    main(*arrays, *ctx.outputs, *mstr, s(hq), s(hkv), s(hq // hkv), s(sq), s(skv), s(qtiles),
+         grid=b * hq * qtiles, block=wg)
+
+
+def splits_for(work: int, skv: int, bk: int, sms: int) -> tuple[int, int]:
+    """(splits, chunk): the keys in chunks of whole tiles, enough work-groups for two waves of
+    ``sms`` multiprocessors when ``work`` (B * Hq * query tiles) alone does not fill them."""
+    want = max(1, min(ceil_div(2 * sms, max(work, 1)), ceil_div(skv, bk)))
+    chunk = ceil_div(ceil_div(max(skv, 1), want), bk) * bk
+    return ceil_div(max(skv, 1), chunk), chunk
+
+
+def _split_run(ctx, part, combine):
+    (b, hq, hkv, sq, skv), arrays, mstr = _common(ctx)
+    if b * hq * sq == 0:
+        return
+    s, wg, d = ctx.size, ctx.config["wg"], int(ctx.inputs[0].shape[3])
+    qtiles = ceil_div(sq, wg)
+    splits, chunk = splits_for(b * hq * qtiles, skv, ctx.config["BK"], ctx.info.sms)
+    rows = b * hq * sq
+    po, pl = ctx.empty((rows * splits * d,), np.float32), ctx.empty((rows * splits,), np.float32)
+    part(*arrays, po, pl, *mstr, s(splits), s(chunk), s(hq), s(hkv), s(hq // hkv), s(sq), s(skv),
+         s(qtiles), grid=b * hq * qtiles * splits, block=wg)
+    cwg = ctx.config["combine_wg"]
+    combine(po, pl, *ctx.outputs, s(splits), s(hq), s(sq), s(rows * d),
+            grid=ceil_div(rows * d, cwg), block=cwg)
+
+
+def _spills(p) -> str:
+    return ("the q row and the accumulator of D={} floats a work-item outgrow the registers"
+            .format(p["D"]) if p["D"] > 64 else "")
+
+
+def _low_occupancy(p) -> str:
+    return ("a work-item keeps its q row and accumulator (2 * D={} floats) in registers"
+            .format(p["D"]) if p["D"] >= 64 else "")
+
+
+ATTENTION_SIMT = kernel_impl("attention_simt", _simt_run, main=Kernel(
+    "attention/simt.j2", {"split": False}, spills=_spills, low_occupancy=_low_occupancy,
+    doc="a tile of query rows a work-group, keys and values streamed, online softmax"))
+ATTENTION_SPLIT = kernel_impl(
+    "attention_split", _split_run,
+    part=Kernel("attention/simt.j2", {"split": True}, spills=_spills, low_occupancy=_low_occupancy,
+                doc="pass 1: a part of the keys a work-group, a partial output and its lse"),
+    combine=Kernel("attention/combine.j2", derive=lambda p: {"wg": p["combine_wg"]},
+                   doc="pass 2: the partial outputs combined by their log-sum-exps"))
+
+
+def _bk(d: int) -> int:
+    return max(4, min(64, TILE_BYTES // (8 * d)))
+
+
+def _space(d: int, on_cpu: bool) -> ConfigSpace:
+    bk = _bk(d)
+    return ConfigSpace({"wg": (16, 32, 64, 128), "BK": tuple(sorted({4, 8, 16, 32, 64, bk})),
+                        "combine_wg": (64, 256)},
+                       {"wg": 16 if on_cpu else 64, "BK": bk, "combine_wg": 256},
+                       constraint=lambda c: 8 * c["BK"] * d <= 2 * TILE_BYTES)
+
+
+def gpu_strategy(attrs, inputs, outputs, target):
+    q, k = inputs[0], inputs[1]
+    b, hq, sq, d = dims(q, attrs.layout)
+    _, hkv, skv, _ = dims(k, attrs.layout)
+    d = int(d)
+    mask = inputs[3] if len(inputs) == 4 else None
+    scale = softmax_scale(attrs, d)
+    params = dict(D=d, layout=attrs.layout, causal=attrs.causal, softcap=attrs.softcap or 0,
+                  scale=float(scale),
+                  qscale=scale / attrs.softcap if attrs.softcap else scale,
+                  half=half_format(q.dtype), lse=attrs.return_lse,
+                  mask=("bool" if mask.dtype == "bool" else "add") if mask is not None else False,
+                  mask_half=half_format(mask.dtype) if mask is not None else False)
+    info = AttnInfo(attrs.layout, mask is not None, attrs.return_lse, sm_count(target))
+    s = Strategy(target)
+    if d > SIMT_D_MAX:
+        why = f"head dim D={d} is over {SIMT_D_MAX}, the most the kernels keep in registers"
+        s.exclude(ATTENTION_SPLIT, 20, why)
+        s.exclude(ATTENTION_SIMT, 10, why)
+        return s
+    space = _space(d, target.on_cpu)
+    s.add(ATTENTION_SPLIT, 20, condition=sympy.And(sympy.Le(sq, DECODE_SQ_MAX),
+                                                   sympy.Ge(skv, DECODE_SKV_MIN)),
+          space=space, params=params, info=info)
+    s.add(ATTENTION_SIMT, 10, space=space, params=params, info=info)
+    return s
+
+
+# -- the host target --------------------------------------------------------------------------
+
+#: scores held at once by the host implementation (query block x key block x heads)
+HOST_BLOCK = 1 << 20
+
+
+def numpy_attention(q, k, v, mask, attrs):
+    """Attention in float32 by NumPy, in blocks of queries and keys with an online softmax."""
+    layout = attrs.layout
+    qh, kh, vh = (x if layout == "BHSD" else x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    b, hq, sq, d = qh.shape
+    hkv, skv = kh.shape[1], kh.shape[2]
+    gsz = hq // hkv if hkv else 1
+    scale = softmax_scale(attrs, d)
+    o = np.zeros((b, hq, sq, d), np.float32)
+    lse = np.full((b, hq, sq), -np.inf, np.float32)
+    full = (b, hq, sq, skv)
+    m_all = np.broadcast_to(mask, full) if mask is not None else None
+    per = max(1, b * hq)
+    qb = max(1, min(sq, int(math.sqrt(HOST_BLOCK / per)) or 1, 512))
+    kb = max(1, min(skv, max(16, HOST_BLOCK // (per * qb))))
+    kf = kh.astype(np.float32).reshape(b, hkv, 1, skv, d)
+    vf = vh.astype(np.float32).reshape(b, hkv, 1, skv, d)
+    for q0 in range(0, sq, qb):
+        q1 = min(sq, q0 + qb)
+        qf = qh[:, :, q0:q1].astype(np.float32).reshape(b, hkv, gsz, q1 - q0, d) * np.float32(scale)
+        m = np.full((b, hkv, gsz, q1 - q0, 1), -np.inf, np.float32)
+        l = np.zeros_like(m)  # noqa: E741
+        acc = np.zeros((b, hkv, gsz, q1 - q0, d), np.float32)
+        # causal: the block's last query sees keys up to q1 - 1 + skv - sq
+        kend = min(skv, q1 + skv - sq) if attrs.causal else skv
+        for k0 in range(0, max(kend, 0), kb):
+            k1 = min(kend, k0 + kb)
+            s = qf @ kf[:, :, :, k0:k1].swapaxes(-1, -2)
+            if attrs.softcap is not None:
+                s = np.float32(attrs.softcap) * np.tanh(s / np.float32(attrs.softcap))
+            if m_all is not None:
+                mb = m_all[:, :, q0:q1, k0:k1].reshape(b, hkv, gsz, q1 - q0, k1 - k0)
+                s = np.where(mb, s, -np.inf) if mb.dtype == np.bool_ else s + mb.astype(np.float32)
+            if attrs.causal:
+                ok = np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + (skv - sq)
+                s = np.where(ok, s, -np.inf)
+            mt = np.maximum(m, s.max(axis=-1, keepdims=True))
+            seen = mt > -np.inf
+            mt_safe = np.where(seen, mt, 0).astype(np.float32)
+            with np.errstate(invalid="ignore", over="ignore"):
+                corr = np.where(seen, np.exp(m - mt_safe), 1).astype(np.float32)
+                p = np.exp(s - mt_safe)
+            l = l * corr + p.sum(axis=-1, keepdims=True)  # noqa: E741
+            acc = acc * corr + p @ vf[:, :, :, k0:k1]
+            m = mt
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ob = np.where(l > 0, acc / np.where(l > 0, l, 1), 0)
+            lb = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf)
+        o[:, :, q0:q1] = ob.reshape(b, hq, q1 - q0, d)
+        lse[:, :, q0:q1] = lb.reshape(b, hq, q1 - q0)
+    o = (o if layout == "BHSD" else o.transpose(0, 2, 1, 3)).astype(q.dtype)
+    return (o, lse) if attrs.return_lse else o
+
+
+def _host_run(ctx):
+    mask = ctx.inputs[3] if len(ctx.inputs) == 4 else None
+    return numpy_attention(*ctx.inputs[:3], mask, ctx.attrs)
+
+
+NUMPY_ATTENTION = host_impl("numpy_attention", _host_run)
+
+
+def host_strategy(attrs, inputs, outputs, target):
+    s = Strategy(target)
+    s.add(NUMPY_ATTENTION, 10)
+    return s
+
+
+STRATEGIES = {"attention": {"gpu": gpu_strategy, "cpu": host_strategy}}
