@@ -117,7 +117,7 @@ CASES = [
 ]
 
 
-def _inputs(case, rng):
+def make_inputs(case, rng):
     _, b, hq, hkv, sq, skv, d, dtype, attrs, mask = case
     layout = attrs.get("layout", "BHSD")
     qs, ks = (b, hq, sq, d), (b, hkv, skv, d)
@@ -138,7 +138,7 @@ def _inputs(case, rng):
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_against_torch(target, case):
     rng = np.random.default_rng(7)
-    q, k, v, m = _inputs(case, rng)
+    q, k, v, m = make_inputs(case, rng)
     attrs = case[8]
     want, want_lse = torch_ref(q, k, v, mask=m, **{a: attrs[a] for a in attrs
                                                      if a != "return_lse"})
@@ -168,7 +168,7 @@ DECODE = [
 def test_decode(target, case):
     """Short queries on long keys: split-KV decoding on OpenCL (and the fallback)."""
     rng = np.random.default_rng(3)
-    q, k, v, m = _inputs(case, rng)
+    q, k, v, m = make_inputs(case, rng)
     attrs = case[8]
     want, want_lse = torch_ref(q, k, v, mask=m, **{a: attrs[a] for a in attrs
                                                      if a != "return_lse"})

@@ -27,7 +27,7 @@ def _cases(name):
 @pytest.mark.parametrize("case", _cases("CASES") + _cases("DECODE"), ids=lambda c: c[0])
 def test_cuda_kernels_against_torch(case):
     t = _helpers()
-    q, k, v, m = t._inputs(case, np.random.default_rng(7))
+    q, k, v, m = t.make_inputs(case, np.random.default_rng(7))
     attrs = case[8]
     want, want_lse = t.torch_ref(q, k, v, mask=m, **{a: attrs[a] for a in attrs
                                                        if a != "return_lse"})
