@@ -380,3 +380,34 @@ def test_records_older_than_an_attribute_keep_matching():
     assert rec.attrs == attrs_key(w.attrs)
     w32 = gpucg.autotune.Workload("conv2d", CONV_1X1, target="opencl", allow_tf32=True)
     assert rec.attrs != attrs_key(w32.attrs)
+
+
+def test_configs_older_than_a_knob_take_its_default():
+    """A config that leaves out a knob (a record written before the knob existed, a user's
+    forced config) takes the knob's default; a knob the space lacks stays an error naming it."""
+    old = make_record("tune_probe", (T8,), "probe_host", {"mode": "fast"}, 1e-6, "numpy")
+    sel = gpucg.explain("tune_probe", T8, target="numpy", records=RecordList([old]))
+    assert dict(sel.choices[0].config) == {"mode": "fast", "delay": 5}
+    assert "best tuning record" in str(sel)
+    f = gpucg.compile("tune_probe", T8, target="numpy", impl="probe_host", config={"delay": 2})
+    assert dict(f.selection.choices[0].config) == {"mode": "ok", "delay": 2}
+    tune_probe.RAN.clear()
+    np.testing.assert_array_equal(f(np.ones(8, np.float32)), np.full(8, 2, np.float32))
+    assert tune_probe.RAN == [("ok", 2)]
+    with pytest.raises(gpucg.InputError, match=r"'speed'.*allowed: delay, mode"):
+        gpucg.compile("tune_probe", T8, target="numpy", impl="probe_host",
+                      config={"mode": "ok", "speed": 3})
+
+
+def test_recorded_configs_replay_once_the_space_has_more_knobs():
+    """tests/data's conv2d records name the five tile knobs the direct kernel had then; its
+    space has more today (VW, DB, CF), and the replay fills them with their defaults."""
+    recorded = {tuple(sorted(json.loads(line)["config"])) for line in
+                RECORDED.read_text().splitlines() if '"direct.opencl"' in line}
+    assert recorded == {("BK", "BM", "BN", "TM", "TN")}
+    sel = gpucg.explain("conv2d", *CONV_1X1, target="opencl", records=False)
+    direct = next(c.impl for c in sel.choices if c.impl.name == "direct.opencl")
+    assert {"VW", "DB", "CF"} <= set(direct.space.knobs)
+    b = _replay("grid", 12)
+    assert len(b.trials) == 12 and b.best.ok
+    assert {"VW", "DB", "CF"} <= set(b.best.config)
