@@ -197,8 +197,8 @@ SELECTION = [  # (data shape, weight shape, attrs, implementation chosen on GPU 
 def test_selection_by_case(target_name, data, weight, attrs, want):
     sel = gpucg.explain("conv2d", gpucg.tensor(data), gpucg.tensor(weight), target=target_name,
                         **attrs)
-    assert not sel.dynamic
-    assert sel.choices[0].impl.name.rsplit(".", 1)[0] == want
+    # decided at compile time but for the alignment of the addresses (direct's vector loads)
+    assert {c.impl.name.rsplit(".", 1)[0] for c in sel.choices} == {want}
 
 
 def test_numpy_target_selects_im2col():

@@ -284,8 +284,11 @@ BEFORE_LOADS = {"VW": 1, "DB": False, "CF": True}
 
 
 def _direct_default(on_cpu: bool, vector: bool) -> dict:
-    if on_cpu:  # measured on PoCL (64->64, 56x56): 113 ms against 213 ms for 32x64 tiles
-        return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, **BEFORE_LOADS}
+    if on_cpu:  # measured on PoCL (64->64, 56x56): 113 ms against 213 ms for 32x64 tiles;
+        # VW=4 with double buffering 0.43-0.51x the time of the kernel before the knobs on
+        # resnet 3x3 (NCHW, NHWC), 1x1 and stem layers (benchmarks/results/, 2026-11-23)
+        return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
+                "DB": True, "CF": True}
     return {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
             "DB": True, "CF": True}
 
