@@ -183,7 +183,7 @@ class CompiledOp:
         code = builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec")
         # the dispatcher checks a call's arrays and decides; it returns the Plan that run takes
         ns = {"_bad_dim": _bad_dim, "_bad_input": _bad_input, "_inputs": self._check_inputs,
-              "_run": _plan}
+              "_run": _plan, "_align": lambda x: self.backend.alignment(x)}
         exec(code, ns)
         self._plan = ns["dispatch"]
         self._programs: dict = {}
@@ -313,7 +313,8 @@ class CompiledOp:
     def plan(self, *native_arrays) -> Plan:
         """What the dispatcher picks for these arrays (NumPy or of the target), checked
         against the signature, without running anything. A plan holds for any arrays of the
-        same dtypes and shapes: callers that memoize it (the eager path) skip the checks."""
+        same dtypes and shapes (and, on a device, as aligned: vector paths check the addresses):
+        callers that memoize it (the eager path, for NumPy arrays) skip the checks."""
         return self._plan(*native_arrays)
 
     def run(self, plan: Plan, *native_arrays):

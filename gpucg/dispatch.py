@@ -8,7 +8,7 @@ import keyword
 import sympy
 
 from .errors import InputError
-from .shape import INT_MAX, pyexpr
+from .shape import INT_MAX, alignment_index, pyexpr
 from .strategy import Selection
 
 
@@ -95,6 +95,10 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -
                 lines.append(f"    if {_bare(f'{name}.shape[{axis}] != {pyexpr(dim)}')}:")
                 lines.append(f"        _bad_dim({name!r}, {axis}, {name}.shape[{axis}], "
                              f"{_bare(repr(f'{dim} = %d') + ' % ' + pyexpr(dim))})")
+    aligns = sorted({alignment_index(s) for c in sel.choices if c.condition is not None
+                     for s in c.condition.symbols} - {None})
+    for i in aligns:  # the byte alignment of an argument's address (vector loads need it)
+        lines.append(f"    _align{i} = _align({params[i]})")
     for c in checks:
         cond = _negated(SpecializedCondition(c.ok).to_python())
         lines.append(f"    if {cond}:")

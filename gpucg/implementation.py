@@ -140,6 +140,12 @@ class Implementation:
         params: template parameters every kernel of this call gets.
         info: host-side facts the run function reads as ``ctx.info`` (sizes, geometry).
         options: compiler options.
+        needs: None, or ``config -> None | (condition, knobs)``: what a config needs of the
+            call's arguments beyond ``condition`` (a SymPy condition over shape symbols and
+            the arguments' alignments, gpucg.shape.alignment: vector loads need aligned
+            addresses), and the knob values of the config that needs nothing (the scalar
+            path). Selection gives the dispatcher both: the config where the condition holds,
+            the other where it does not.
     """
 
     name: str
@@ -151,6 +157,7 @@ class Implementation:
     params: Mapping = field(default_factory=dict)
     info: object = None
     options: tuple = ()
+    needs: Callable | None = None
 
     def __post_init__(self):
         if not isinstance(self.plevel, int) or isinstance(self.plevel, bool):

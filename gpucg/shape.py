@@ -53,6 +53,23 @@ def is_shape_symbol(sym) -> bool:
     return isinstance(sym, sympy.Symbol) and bool(sym.is_integer) and bool(sym.is_positive)
 
 
+#: the alignment (bytes) an argument's address reports at most, and what a fresh buffer has
+MAX_ALIGN = 256
+
+
+def alignment(index: int) -> sympy.Symbol:
+    """The byte alignment of input ``index``'s address, as a symbol conditions may use (the
+    largest power of two dividing the address, at most MAX_ALIGN: ``alignment(0) >= 16``).
+    The generated dispatcher reads it from the backend at run time (Backend.alignment)."""
+    return sympy.Symbol(f"_align{int(index)}", integer=True, positive=True)
+
+
+def alignment_index(sym) -> int | None:
+    """The input index of an :func:`alignment` symbol, else None."""
+    name = getattr(sym, "name", "")
+    return int(name[6:]) if name.startswith("_align") and name[6:].isdigit() else None
+
+
 def _dim(value, index: int):
     if isinstance(value, (bool, np.bool_)):
         raise InputError(f"shape[{index}]={describe(value)} must be an int >= 0 or a gpucg.var")

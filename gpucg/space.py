@@ -53,12 +53,17 @@ class ConfigSpace:
         knobs: knob name -> candidate values.
         default: knob name -> the default value (must be a candidate).
         constraint: config -> bool; configs for which it is False are not in the space.
+        added: knob name -> the value a config that leaves the knob out stands for, for a
+            knob added after configs were recorded without it (the kernel they measured);
+            a knob not named here is filled with its default.
     """
 
     def __init__(self, knobs: dict | None = None, default: dict | None = None,
-                 constraint: Callable[[Config], bool] | None = None):
+                 constraint: Callable[[Config], bool] | None = None,
+                 added: dict | None = None):
         self.knobs = {k: tuple(v) for k, v in (knobs or {}).items()}
         self.constraint = constraint
+        self.added = {k: v for k, v in (added or {}).items() if k in self.knobs}
         default = dict(default or {})
         if set(default) != set(self.knobs):
             raise InputError(
@@ -67,11 +72,24 @@ class ConfigSpace:
         self.default = Config(default)
         self.validate(self.default)
 
-    def validate(self, config) -> Config:
-        """A Config if ``config`` is in the space, else InputError naming the bad knob."""
+    def complete(self, config) -> Config:
+        """``config`` with every knob it leaves out at the default's value (or the value the
+        space declares for configs older than the knob: ``added``), so that a knob added to
+        the space later keeps older configs (tuning records, forced configs) working. A knob
+        the space does not have is an InputError naming it and the allowed ones."""
         config = Config(config)
-        if set(config) != set(self.knobs):
-            raise InputError(f"config {config.short()} must set exactly {sorted(self.knobs)}")
+        unknown = sorted(set(config) - set(self.knobs))
+        if unknown:
+            raise InputError(f"config knob {unknown[0]!r} (in {config.short()}) is not a knob of "
+                             f"this space; allowed: {', '.join(self.knobs) or 'none'}")
+        if len(config) == len(self.knobs):
+            return config
+        return Config({**dict(self.default), **self.added, **dict(config)})
+
+    def validate(self, config) -> Config:
+        """A Config if ``config`` is in the space (knobs it leaves out take the default's
+        value: :meth:`complete`), else InputError naming the bad knob."""
+        config = self.complete(config)
         for k, v in config.items():
             if v not in self.knobs[k]:
                 raise InputError(f"config {k}={v!r} is not allowed; candidates: {self.knobs[k]}")

@@ -43,11 +43,12 @@ class Strategy:
         return name
 
     def add(self, decl: ImplDecl, plevel: int, *, condition=None, space: ConfigSpace | None = None,
-            params: Mapping | None = None, info=None, options: tuple = ()) -> Implementation:
-        """Offer a declared implementation for this call."""
+            params: Mapping | None = None, info=None, options: tuple = (),
+            needs=None) -> Implementation:
+        """Offer a declared implementation for this call (``needs``: see Implementation)."""
         impl = Implementation(self._name(decl), plevel, decl.run, decl.kernels, condition,
                               space if space is not None else ConfigSpace(), params or {}, info,
-                              options)
+                              options, needs)
         self.implementations.append(impl)
         self.order.append(impl.name)
         return impl
@@ -142,7 +143,7 @@ def force(strategy: Strategy, name: str, op_name: str, target, config=None):
         except InputError as exc:
             raise InputError(f"{op_name}: config={dict(config)!r} for {chosen.name}: {exc}") from None
         space = chosen.space
-        changes["space"] = ConfigSpace(space.knobs, dict(pinned), space.constraint)
+        changes["space"] = ConfigSpace(space.knobs, dict(pinned), space.constraint, space.added)
     forced = Strategy(strategy.target)
     forced.add_implementation(dataclasses.replace(chosen, **changes))
     return forced, check
@@ -253,6 +254,35 @@ def _apply_records(plan, choices, cands, dynamic, alive):
     return branches + choices, True
 
 
+def _guarded(choices: list, cands: dict) -> list:
+    """Each choice whose config needs something of the arguments (Implementation.needs: an
+    aligned address for its vector loads) that the shapes do not decide: that config under
+    the need, then the config that needs nothing (the dispatcher checks it at run time)."""
+    out = []
+    for c in choices:
+        got = c.impl.needs(c.config) if c.impl.needs is not None else None
+        if not got:
+            out.append(c)
+            continue
+        need, knobs = got
+        verdict = SpecializedCondition(need).decide()
+        if verdict is True:
+            out.append(c)
+            continue
+        plain = c.impl.space.validate({**dict(c.config), **knobs})
+        cand = cands.get(c.impl.name)
+        if verdict is None:
+            cond = need if c.condition is None else sympy.And(c.condition.expr, need)
+            out.append(dataclasses.replace(c, condition=SpecializedCondition(cond)))
+            if cand is not None:
+                cand.reason += (f"; config {c.config.short()} if {sympy.sstr(need)} (checked at "
+                                f"run time), else {plain.short()}")
+        elif cand is not None:
+            cand.reason += f"; config {plain.short()}: {sympy.sstr(need)} is false"
+        out.append(dataclasses.replace(c, config=plain))
+    return out
+
+
 def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, target,
            records=None) -> Selection:
     """Choose among a strategy's implementations for these input types.
@@ -319,6 +349,8 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
                             f"{', '.join(map(str, input_types))}")
     if plan is not None and plan.branches:
         choices, dynamic = _apply_records(plan, choices, cands, dynamic, alive)
+    choices = _guarded(choices, cands)
+    dynamic = dynamic or any(c.condition is not None for c in choices)
     sel = Selection(op, str(target), tuple(input_types), tuple(output_types), dict(attrs),
                     choices, [cands[n] for n in strategy.order], dynamic,
                     plan.source if plan is not None else "",

@@ -229,10 +229,15 @@ def test_explain_shows_the_small_m_specialization():
                         target="cuda")
     text = str(sel)
     assert sel.dynamic and "gemv.cuda" in text and "m <= 16" in text
-    assert [c.impl.short_name for c in sel.choices] == ["gemv", "gemm_splitk", "gemm_tiled"]
+    # each with vector loads where both operands' addresses are aligned, else VW = 1
+    assert [(c.impl.short_name, c.config["VW"]) for c in sel.choices] == [
+        ("gemv", 4), ("gemv", 1), ("gemm_splitk", 4), ("gemm_splitk", 1), ("gemm_tiled", 4),
+        ("gemm_tiled", 1)]
     static = gpucg.explain("dense", gpucg.tensor((8, 4096)), gpucg.tensor((4096, 4096)),
                            target="cuda")
-    assert static.choices[0].impl.short_name == "gemv" and not static.dynamic
+    assert [c.impl.short_name for c in static.choices] == ["gemv", "gemv"]
+    assert str(static.choices[0].condition) == "(_align0 >= 16) & (_align1 >= 16)"
+    assert static.choices[1].condition is None and static.choices[1].config["VW"] == 1
 
 
 BAD = [  # (op, shapes, dtypes, attrs, error, message)

@@ -78,6 +78,22 @@ def test_simt_gemm_reads_shared_memory_128_bits_at_a_time(sass_or_skip, arch):
         assert mix["FFMA"] < mix["TOTAL"]
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_conv2d_direct_tile_reads_shared_memory_128_bits_at_a_time(sass_or_skip, arch):
+    """conv2d's direct kernel (implicit GEMM on the SIMT tile), float32, default config, NCHW
+    and NHWC: LDS.128 fragment reads, 128-bit global loads of W (and of x in NHWC), FFMA,
+    barriers, and no local memory."""
+    for x, w, attrs in (((8, 64, 56, 56), (64, 64, 3, 3), {}),
+                        ((8, 56, 56, 64), (3, 3, 64, 64),
+                         {"data_layout": "NHWC", "kernel_layout": "HWIO"})):
+        mix = mixes("conv2d", gpucg.tensor(x), gpucg.tensor(w), impl="direct", arch=arch,
+                    padding=1, strides=2, **attrs)["gemm"]
+        what = f"conv2d direct {attrs.get('data_layout', 'NCHW')} {arch}"
+        sass.assert_sass(mix, has=("LDS.128", "LDG.128", "FFMA", "BAR"),
+                         none=("LDL", "STL", "HMMA"), what=what)
+        assert mix["FFMA"] < mix["TOTAL"]
+
+
 def test_resources_cli_prints_the_mix_and_the_banks(sass_or_skip, capsys):
     from gpucg.cli import main
 

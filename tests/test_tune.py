@@ -102,7 +102,12 @@ def test_replay_is_deterministic_for_every_search(search):
     a, b = _replay(search, 30), _replay(search, 30)
     assert [(t.impl, t.config) for t in a.trials] == [(t.impl, t.config) for t in b.trials]
     assert a.best == b.best and a.best.ok and len(a.trials) == 30
-    assert a.trials[0].default  # the default config is measured first
+    # the default config is measured first where the log holds it: direct's default (VW = 4,
+    # double-buffered) came after these records, which stand for VW = 1 without double buffering
+    default = gpucg.explain("conv2d", *CONV_1X1, target="opencl", records=False).choices[0]
+    recorded = {(t.impl, tuple(sorted(t.config.items()))) for t in a.trials}
+    held = (default.impl.name, tuple(sorted(default.config.items()))) in recorded
+    assert a.trials[0].default == held
 
 
 def test_model_search_reaches_the_grid_best_in_fewer_trials():
@@ -380,3 +385,34 @@ def test_records_older_than_an_attribute_keep_matching():
     assert rec.attrs == attrs_key(w.attrs)
     w32 = gpucg.autotune.Workload("conv2d", CONV_1X1, target="opencl", allow_tf32=True)
     assert rec.attrs != attrs_key(w32.attrs)
+
+
+def test_configs_older_than_a_knob_take_its_default():
+    """A config that leaves out a knob (a record written before the knob existed, a user's
+    forced config) takes the knob's default; a knob the space lacks stays an error naming it."""
+    old = make_record("tune_probe", (T8,), "probe_host", {"mode": "fast"}, 1e-6, "numpy")
+    sel = gpucg.explain("tune_probe", T8, target="numpy", records=RecordList([old]))
+    assert dict(sel.choices[0].config) == {"mode": "fast", "delay": 5}
+    assert "best tuning record" in str(sel)
+    f = gpucg.compile("tune_probe", T8, target="numpy", impl="probe_host", config={"delay": 2})
+    assert dict(f.selection.choices[0].config) == {"mode": "ok", "delay": 2}
+    tune_probe.RAN.clear()
+    np.testing.assert_array_equal(f(np.ones(8, np.float32)), np.full(8, 2, np.float32))
+    assert tune_probe.RAN == [("ok", 2)]
+    with pytest.raises(gpucg.InputError, match=r"'speed'.*allowed: delay, mode"):
+        gpucg.compile("tune_probe", T8, target="numpy", impl="probe_host",
+                      config={"mode": "ok", "speed": 3})
+
+
+def test_recorded_configs_replay_once_the_space_has_more_knobs():
+    """tests/data's conv2d records name the five tile knobs the direct kernel had then; its
+    space has more today (VW, DB, CF), and the replay fills them with their defaults."""
+    recorded = {tuple(sorted(json.loads(line)["config"])) for line in
+                RECORDED.read_text().splitlines() if '"direct.opencl"' in line}
+    assert recorded == {("BK", "BM", "BN", "TM", "TN")}
+    sel = gpucg.explain("conv2d", *CONV_1X1, target="opencl", records=False)
+    direct = next(c.impl for c in sel.choices if c.impl.name == "direct.opencl")
+    assert {"VW", "DB", "CF"} <= set(direct.space.knobs)
+    b = _replay("grid", 12)
+    assert len(b.trials) == 12 and b.best.ok
+    assert {"VW", "DB", "CF"} <= set(b.best.config)

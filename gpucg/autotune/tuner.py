@@ -65,6 +65,20 @@ class ReplayPool:
                 self.costs[r.candidate] = Result(r.cost, r.spread, r.repeats, r.error, r.message)
         self.bucket = ()
 
+    def complete(self, impls) -> None:
+        """Key the recorded configs as ``impls`` (the implementations of a bucket) name them:
+        a knob added since the record was written takes its default (ConfigSpace.complete);
+        a record the space cannot read stays unused."""
+        spaces = {i.name: i.space for i in impls}
+        for (bucket, impl, items), result in list(self.costs.items()):
+            if impl not in spaces:
+                continue
+            try:
+                full = tuple(sorted(spaces[impl].complete(dict(items)).items()))
+            except InputError:
+                continue
+            self.costs.setdefault((bucket, impl, full), result)
+
     def recorded(self, bucket_key, impl: str, config) -> bool:
         return (bucket_key, impl, tuple(sorted(config.items()))) in self.costs
 
@@ -218,6 +232,7 @@ def _tune_bucket(workload, bucket, log, pool, search_name, seed, budget, deadlin
     bkey = workload.bucket_key(bucket)
     if replaying:
         pool.bucket = bkey
+        pool.complete(alive)
     specs = []
     for impl in alive:
         configs = list(impl.space)

@@ -328,7 +328,14 @@ def _cases():
                   {"padding": "SAME", "data_layout": "NHWC", "kernel_layout": "HWIO"}, "small",
                   "NHWC/HWIO float16"),
              Case((t((1, 4, 8, 8), "float32"), t((6, 2, 5, 5), "float32")),
-                  {"padding": 2, "groups": 2, "dilation": 2}, "small", "groups 2, dilation 2")]
+                  {"padding": 2, "groups": 2, "dilation": 2}, "small", "groups 2, dilation 2"),
+             # the direct kernel's vector loads of x: along the channels (NHWC), along the
+             # pixels (a pointwise NCHW convolution)
+             Case((t((1, 7, 6, 8), "float32"), t((3, 3, 8, 8), "float32")),
+                  {"padding": 1, "strides": 2, "data_layout": "NHWC", "kernel_layout": "HWIO"},
+                  "small", "NHWC/HWIO float32, stride 2"),
+             Case((t((2, 8, 6, 6), "float32"), t((12, 8, 1, 1), "float32")), {}, "small",
+                  "1x1 NCHW")]
     return bench + small
 
 

@@ -90,6 +90,22 @@ class Backend(ABC):
     def contiguous(self, array):
         return array
 
+    def address(self, array) -> int:
+        """The address of an array's first element, as far as its alignment goes: gpucg's own
+        buffers and host arrays (copied to a fresh buffer) count as 0."""
+        return 0
+
+    def alignment(self, array) -> int:
+        """The byte alignment of an argument's address (the largest power of two dividing
+        it, at most gpucg.shape.MAX_ALIGN): a vector or cp.async access of N bytes may read
+        through it only where this is a multiple of N (conditions use gpucg.shape.alignment)."""
+        from ..shape import MAX_ALIGN
+
+        if isinstance(array, np.ndarray):
+            return MAX_ALIGN
+        a = int(self.address(array))
+        return min(a & -a, MAX_ALIGN) if a else MAX_ALIGN
+
     def export(self, array):
         """The array as callers on this backend receive it (the backend's public array type)."""
         return array

@@ -161,6 +161,15 @@ class CudaBackend(Backend):
     def contiguous(self, array):
         return c_contiguous(array, self.cupy)
 
+    def address(self, array) -> int:
+        """The device pointer of the array's first element (CuPy's data.ptr; the launch
+        stand-in's ptr); 0 for an array ``contiguous`` copies to a fresh buffer."""
+        flags = getattr(array, "flags", None)
+        if flags is not None and not flags.c_contiguous:
+            return 0
+        ptr = getattr(getattr(array, "data", None), "ptr", None)
+        return int(ptr if ptr is not None else getattr(array, "ptr", 0))
+
     def synchronize(self) -> None:
         if self._ready:
             self.cupy.cuda.get_current_stream().synchronize()

@@ -312,6 +312,13 @@ class OpenCLBackend(Backend):
             return False
         return isinstance(array, (DeviceArray, self.cla.Array))
 
+    def address(self, array) -> int:
+        """A pyopencl array's offset into its buffer (buffers start aligned to the device's
+        base address alignment, 128 bytes or more). An offset view is copied before a launch
+        (contiguous), yet its alignment is the view's own, so that the twin makes the dispatch
+        decisions a CUDA kernel makes on the same view."""
+        return 0 if isinstance(array, DeviceArray) else int(getattr(array, "offset", 0))
+
     def contiguous(self, array):
         if isinstance(array, DeviceArray):
             return array

@@ -26,11 +26,12 @@ from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
 from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, data_dims, epilogue, from_nchw,
                           host_view, pads_for, to_nchw)
+from ..ops._window import is_same
 from ..ops.conv2d_winograd import transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
-from .gemm_tile import PLAIN, gemm_space, work_group
+from .gemm_tile import PLAIN, fill_device, gemm_space, sm_count, vector_needs, work_group
 
 WINOGRAD_NEEDS = "needs a 3x3 kernel, stride 1, dilation 1, groups 1"
 WINOGRAD_4X4_MIN_OUT = 14
@@ -258,10 +259,57 @@ def gpu_strategy(attrs, inputs, outputs, target):
                                  "VW": 4 if attrs.data_layout == "NCHW" else 1}))
     else:
         s.exclude(DEPTHWISE, 13, "needs groups == input channels > 1")
-    s.add(DIRECT, 10, info=info, space=gemm_space(geo.og, on_cpu, loads=False),
-          params=dict(common, a_k_major=common["nchw"] and common["oihw"],
-                      b_k_major=not common["nchw"]))
+    direct = dict(common, a_k_major=common["nchw"] and common["oihw"],
+                  b_k_major=not common["nchw"])
+    vector = not common["half"]
+    widths = (2, 4) if vector else ()
+    direct.update(a_vec_widths=tuple(v for v in widths if a_vectors(attrs, geo, v)),
+                  b_vec_widths=tuple(v for v in widths if b_vectors(attrs, geo, v)))
+    default = _direct_default(on_cpu, vector)
+    p = sympy.sympify(geo.n * geo.oh * geo.ow)
+    if not on_cpu and p.is_Integer:
+        default = fill_device(default, geo.groups * geo.og, int(p), sm_count(target))
+    space = gemm_space(geo.og, on_cpu, vector, default=default, added=BEFORE_LOADS)
+    # VW > 1 reads x (input 0) and W (input 1) VW elements at a time where the layouts allow:
+    # their addresses must be aligned to a vector, else the dispatcher takes VW = 1
+    needs = vector_needs({0: lambda c: c["VW"] in direct["b_vec_widths"],
+                          1: lambda c: c["VW"] in direct["a_vec_widths"]})
+    s.add(DIRECT, 10, info=info, space=space, params=direct, needs=needs)
     return s
+
+
+#: the direct kernel before it had the VW, DB and CF knobs (what tuning records of that time
+#: measured): scalar loads, one local tile of each operand, the conflict-free layouts
+BEFORE_LOADS = {"VW": 1, "DB": False, "CF": True}
+
+
+def _direct_default(on_cpu: bool, vector: bool) -> dict:
+    if on_cpu:  # measured on PoCL (64->64, 56x56): 113 ms against 213 ms for 32x64 tiles;
+        # VW=4 with double buffering 0.43-0.51x the time of the kernel before the knobs on
+        # resnet 3x3 (NCHW, NHWC), 1x1 and stem layers (benchmarks/results/, 2026-11-23)
+        return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
+                "DB": True, "CF": True}
+    return {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
+            "DB": True, "CF": True}
+
+
+def a_vectors(attrs: Conv2dAttrs, geo, vw: int) -> bool:
+    """Whether the direct kernel loads W VW elements at a time: along K where a row of W is
+    one of K (OIHW weights with NCHW data: K a multiple of VW), along the output channels
+    where they are W's contiguous axis (HWIO: Og a multiple of VW)."""
+    if attrs.kernel_layout == "OIHW":
+        return attrs.data_layout == "NCHW" and (geo.cg * geo.kh * geo.kw) % vw == 0
+    return geo.og % vw == 0
+
+
+def b_vectors(attrs: Conv2dAttrs, geo, vw: int) -> bool:
+    """Whether the direct kernel loads x VW elements at a time: along the channels in NHWC
+    (Cg a multiple of VW: a tap's VW channels lie together), along the pixels of a pointwise
+    NCHW convolution (1x1, stride 1, no padding: the im2col matrix is x itself)."""
+    if attrs.data_layout == "NHWC":
+        return geo.cg % vw == 0
+    return (geo.kh, geo.kw) == (1, 1) and tuple(attrs.strides) == (1, 1) \
+        and (is_same(attrs.padding) or not any(attrs.padding))
 
 
 STRATEGIES = {"conv2d": {"gpu": gpu_strategy, "cpu": host_strategy}}

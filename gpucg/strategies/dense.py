@@ -30,7 +30,7 @@ from ..ops import _epilogue
 from ..ops.dense import DenseAttrs, problem
 from ..runtime.base import ceil_div
 from ..strategy import Strategy
-from .gemm_tile import gemm_space, sm_count, work_group
+from .gemm_tile import fill_device, gemm_space, sm_count, vector_needs, work_group
 from . import gemm_mma
 
 GEMV_MAX_M = 16
@@ -213,17 +213,21 @@ def gpu_strategy(op: str):
         s = Strategy(target)
         gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
                        target, GEMV_MAX_M)
+        gemv_vector = vector and p.a_k_major and p.b_k_major
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
-              space=gemv_space(mr, p.b_k_major, acc_bytes,
-                               vector and p.a_k_major and p.b_k_major, target.on_cpu))
+              space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu),
+              needs=vector_needs({0: True, 1: True}, acc_bytes) if gemv_vector else None)
         default = _default_tile(target.on_cpu, vector, acc_bytes)
         if not target.on_cpu and all(v.is_Integer for v in (m, n, nb)):
             default = fill_device(default, int(nb) * int(m), int(n), sm_count(target))
         tile = gemm_space(int(m) if m.is_Integer else None, target.on_cpu, vector, acc_bytes,
                           default=default)
-        s.add(GEMM_SPLITK, 14, info=info, params=common, space=tile,
+        # VW > 1 loads both operands VW at a time (where their rows allow: the kernel checks
+        # the lengths), so both addresses must be aligned to a vector (the dispatcher checks)
+        needs = vector_needs({0: True, 1: True}, acc_bytes) if vector else None
+        s.add(GEMM_SPLITK, 14, info=info, params=common, space=tile, needs=needs,
               condition=sympy.And(nb * m * n <= SPLITK_MAX_MN, k >= SPLITK_MIN_K))
-        s.add(GEMM_TILED, 10, info=info, params=common, space=tile)
+        s.add(GEMM_TILED, 10, info=info, params=common, space=tile, needs=needs)
         return s
     return strategy
 
@@ -239,27 +243,6 @@ def _default_tile(on_cpu: bool, vector: bool, acc_bytes: int) -> dict:
                 "DB": True, "CF": True}
     return {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
             "DB": True, "CF": True}
-
-
-#: smaller float32 tiles a GPU default falls back to, largest first, while the grid of output
-#: tiles is under one wave of the device (a 1024^3 product: 64 tiles of 128 x 128 on 132 SMs)
-SMALLER_TILES = ({"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
-                 {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4})
-
-
-def fill_device(default: dict, rows: int, n: int, sms: int) -> dict:
-    """The default tile, or a smaller one when its grid (batches x rows by n outputs) would
-    leave multiprocessors of the GPU idle: the largest of SMALLER_TILES that makes one wave
-    of ``sms`` work-groups, else the smallest."""
-    def grid(t):
-        return ceil_div(rows, t["BM"]) * ceil_div(n, t["BN"])
-    if default["BM"] * default["BN"] <= SMALLER_TILES[0]["BM"] * SMALLER_TILES[0]["BN"] \
-            or grid(default) >= sms:
-        return default
-    for t in SMALLER_TILES:
-        if grid(t) >= sms:
-            break
-    return dict(default, **t)
 
 
 def host_strategy(op: str):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..codegen.warp import swizzle
+from ..runtime import address_of, alignment_of
 from ..space import ConfigSpace
 
 PLEVEL_CUDA = 20
@@ -85,25 +86,22 @@ def condition(p, eb: int, min_rows: int):
 
 
 def base_address(array) -> int:
-    """The device address of an array's first element: CuPy's data.ptr, the stand-in's ptr;
-    a pyopencl array's offset (its buffer starts aligned) or 0 for gpucg's own buffers."""
-    ptr = getattr(getattr(array, "data", None), "ptr", None)
-    if ptr is None:
-        ptr = getattr(array, "ptr", None)
-    if ptr is None:
-        ptr = getattr(array, "offset", 0)
-    return int(ptr)
+    """The device address of an array's first element, as its backend reports it
+    (gpucg.runtime.address_of: CuPy's data.ptr, the stand-in's ptr, a pyopencl array's offset
+    into its aligned buffer, 0 for gpucg's own buffers)."""
+    return address_of(array)
 
 
 def vector_ok(ctx, m: int, n: int, k: int) -> bool:
-    """Whether this call may copy 16 bytes at a time: both base pointers 16-byte aligned and
-    every row (the operands' contiguous dimensions) a whole number of 16-byte chunks."""
+    """Whether this call may copy 16 bytes at a time: both base pointers 16-byte aligned (as
+    the backend reports them: gpucg.runtime.alignment_of) and every row (the operands'
+    contiguous dimensions) a whole number of 16-byte chunks."""
     a, b = ctx.inputs[0], ctx.inputs[1]
     epc = 16 // a.dtype.itemsize
     a_row = k if ctx.params["a_k_major"] else m
     b_row = k if ctx.params["b_k_major"] else n
     return bool(a_row % epc == 0 and b_row % epc == 0
-                and base_address(a) % 16 == 0 and base_address(b) % 16 == 0)
+                and alignment_of(a) % 16 == 0 and alignment_of(b) % 16 == 0)
 
 
 def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, min_rows: int):
@@ -125,7 +123,7 @@ def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, 
 def pairs_ok(out, n: int) -> bool:
     """Whether the output may be stored two neighbouring elements at a time: rows of even
     length and a base pointer aligned to a pair."""
-    return n % 2 == 0 and base_address(out) % (2 * out.dtype.itemsize) == 0
+    return n % 2 == 0 and alignment_of(out) % (2 * out.dtype.itemsize) == 0
 
 
 # -- shared-memory requests, for the bank-conflict check ----------------------------------------

@@ -3,6 +3,9 @@ launch geometry. conv2d's direct and Winograd products and the dense family use 
 
 from __future__ import annotations
 
+import sympy
+
+from ..shape import alignment
 from ..space import ConfigSpace
 
 #: local memory a work-group may use for its tiles (CUDA's static shared-memory limit)
@@ -35,7 +38,8 @@ PLAIN = {"VW": 1, "DB": False, "CF": True}
 
 
 def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
-               default: dict | None = None, loads: bool = True) -> ConfigSpace:
+               default: dict | None = None, loads: bool = True,
+               added: dict | None = None) -> ConfigSpace:
     """Tiles of the GEMM: BM x BN outputs a work-group, TM x TN a work-item, BK of K a step,
     and with ``loads`` VW consecutive elements a load (vector loads where the kernel has them:
     ``vector``), DB double buffering of the local tiles and CF the conflict-free local layouts
@@ -44,7 +48,8 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
     (conv2d: its recorded tuning data name the five tile knobs only).
 
     The default is wider than tall when the product has few rows (``m_rows``, an int or None
-    when unknown); ``default`` overrides it.
+    when unknown); ``default`` overrides it. ``added``: the knob values configs recorded
+    before the knob existed stand for (ConfigSpace).
     """
     def ok(c):
         wg, vw = work_group(c), c.get("VW", 1)
@@ -73,4 +78,38 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
         knobs.update(VW=(1, 2, 4) if vector else (1,), DB=(False, True), CF=(False, True))
     else:
         default = {k: v for k, v in default.items() if k in knobs}
-    return ConfigSpace(knobs, default, constraint=ok)
+    return ConfigSpace(knobs, default, constraint=ok, added=added)
+
+
+def vector_needs(vec_inputs: dict, acc_bytes: int = 4):
+    """Implementation.needs of a tile whose VW > 1 loads read inputs ``vec_inputs`` (input
+    index -> True, or a function config -> whether that operand's loads are vectors) VW elements of
+    ``acc_bytes`` at a time: their addresses aligned to a vector, else VW = 1."""
+    def needs(config):
+        vw = config.get("VW", 1)
+        if vw == 1:
+            return None
+        need = [alignment(i) >= vw * acc_bytes for i, used in vec_inputs.items() if used is True or used(config)]
+        return (sympy.And(*need), {"VW": 1}) if need else None
+    return needs
+
+
+#: smaller float32 tiles a GPU default falls back to, largest first, while the grid of output
+#: tiles is under one wave of the device (a 1024^3 product: 64 tiles of 128 x 128 on 132 SMs)
+SMALLER_TILES = ({"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
+                 {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4})
+
+
+def fill_device(default: dict, rows: int, n: int, sms: int) -> dict:
+    """The default tile, or a smaller one when its grid (batches x rows by n outputs) would
+    leave multiprocessors of the GPU idle: the largest of SMALLER_TILES that makes one wave
+    of ``sms`` work-groups, else the smallest."""
+    def grid(t):
+        return -(-rows // t["BM"]) * -(-n // t["BN"])
+    if default["BM"] * default["BN"] <= SMALLER_TILES[0]["BM"] * SMALLER_TILES[0]["BN"] \
+            or grid(default) >= sms:
+        return default
+    for t in SMALLER_TILES:
+        if grid(t) >= sms:
+            break
+    return dict(default, **t)

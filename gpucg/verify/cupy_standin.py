@@ -46,6 +46,13 @@ class StandInArray:
     def ndim(self) -> int:
         return len(self.shape)
 
+    def view_at(self, nbytes: int, shape) -> "StandInArray":
+        """A contiguous view of ``shape`` starting ``nbytes`` into this array, as CuPy makes
+        of ``a[1:]`` and the like: its pointer is as (mis)aligned as CuPy's would be."""
+        out = StandInArray(shape, self.dtype)
+        out.ptr = self.ptr + nbytes
+        return out
+
     def __repr__(self) -> str:
         return f"StandInArray({self.shape}, {self.dtype})"
 
