@@ -14,12 +14,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import codegen, dispatch as _dispatch, half as _half
+from . import codegen, counters as stats, dispatch as _dispatch, half as _half
 from .records import store as _records
 from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
 from .interop import ingest_all, native_kind, wrap
 from .op import get_op
-from . import counters as stats
 from .runtime import backend_status, get_backend
 from .shape import TensorType
 from .strategy import Selection, force, select, size_checks
@@ -126,10 +125,10 @@ class CompiledOp:
     Attributes:
         selection: what selection decided (see :func:`gpucg.explain`).
         dispatcher_source: the generated Python that checks the arguments and picks a kernel.
-        sources: kernel name -> kernel source, for every implementation the dispatcher may run.
-        last_impl: the name of the implementation the most recent call ran (None before one).
-        launch_check: None, or ``f(program, kernel key, grid, block)`` called before each
-            launch; it may raise to stop the launch (the tuner's device-limit checks).
+        sources: kernel name -> kernel source, for every choice the dispatcher may run.
+        last_impl: the implementation the most recent call ran (None before one).
+        launch_check: None, or ``f(program, key, grid, block)``, run before each launch; it
+            may raise to stop it (the tuner's device-limit checks).
     """
 
     def __init__(self, op_name: str, input_types, target=None, records=None, impl=None,
@@ -240,15 +239,16 @@ class CompiledOp:
     @property
     def sources(self) -> dict[str, str]:
         """Every kernel the dispatcher may launch, 32- and 64-bit-index variants ("...@i64")."""
-        out = {}
         if self.target.backend == "numpy":
-            return out
+            return {}
         widths = {"auto": (False, True), "int32": (False,), "int64": (True,)}[self.index_mode]
-        for i, choice in enumerate(self.selection.choices):
+        out, named = {}, [c.impl.name for c in self.selection.choices]
+        for i, choice in enumerate(self.selection.choices):  # an impl chosen twice: + config
+            name = choice.impl.name + ("" if named.index(choice.impl.name) == i
+                                       else f"[{choice.config.short()}]")
             for key in choice.impl.kernels:
                 for wide in widths:
-                    out[f"{choice.impl.name}/{key}" + ("@i64" if wide else "")] = \
-                        self.source(i, key, wide)
+                    out[f"{name}/{key}" + ("@i64" if wide else "")] = self.source(i, key, wide)
         return out
 
     @property
