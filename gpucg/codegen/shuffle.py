@@ -1,0 +1,218 @@
+"""Warp shuffles, warp reductions and scans, and the block reduce and scan built on them.
+
+A template writes ``{{ d.block_reduce("acc", "sum", "float", 256, "part") }}`` and never tests
+the backend. CUDA spells the shuffles ``__shfl_*_sync`` with the full mask; OpenCL emulates
+them for "warps" of :data:`WARP` consecutive work-items through the warp's local scratch
+(``gpucg_ws``, from :meth:`~gpucg.codegen.warp.OpenCLWarp.setup` with :data:`SHFL_WORDS` words;
+PoCL 3.1 and Oclgrind 21.10 have no sub-group functions), so that the twin runs the same
+rounds, in the same order, with the same lanes' values. The emulation holds barriers: every
+work-item of the work-group must execute every warp operation (work-group uniform control
+flow), and so must CUDA's, as they name all 32 lanes in their mask.
+
+The emulation, per CUDA intrinsic (PTX ISA "shfl.sync"; lane = work-item id % 32, width W a
+power of two <= 32 splitting the warp into segments of W lanes; where the source is out of
+range the caller keeps its own value; the offsets and masks are taken mod 32):
+
+=====================================  ===========================================================
+CUDA                                   OpenCL: ws[lane] = v; barrier; read ws[src]; barrier
+=====================================  ===========================================================
+``__shfl_xor_sync(~0, v, m, W)``       src = lane ^ m if it is below the caller's segment's end
+``__shfl_up_sync(~0, v, d, W)``        src = lane - d if lane % W >= d, else lane
+``__shfl_down_sync(~0, v, d, W)``      src = lane + d if lane % W + d < W, else lane
+``__shfl_sync(~0, v, s, W)``           src = lane - lane % W + s % W
+=====================================  ===========================================================
+
+The warp reduce is the xor butterfly (offsets W/2, ..., 1: every lane ends with the result)
+and the warp scan Hillis and Steele's inclusive scan with shfl_up (offsets 1, ..., W/2). Their
+emulation does one round a barrier: round k writes half k % 2 of the scratch and reads it
+after the barrier, so the next round's writes never meet this round's reads; one barrier
+after the last round frees the scratch. A value of up to 8 bytes takes :data:`SHFL_WORDS`
+(two halves of 32 lanes, two words each).
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import DTypeError
+
+#: lanes a warp (CUDA); the emulation's warps are this many consecutive work-items
+WARP = 32
+#: 32-bit words of local scratch a warp's emulated shuffles use
+SHFL_WORDS = 4 * WARP
+#: the value types a shuffle moves (each at most 8 bytes)
+SHFL_TYPES = ("float", "double", "int", "uint", "unsigned", "unsigned int", "long", "ulong",
+              "long long", "unsigned long long")
+SHFL_MODES = ("xor", "up", "down", "idx")
+#: named combines; any other combine is an expression in {a} and {b} (a: the earlier value)
+COMBINES = {"sum": "{a} + {b}", "max": "({a} > {b} ? {a} : {b})", "min": "({a} < {b} ? {a} : {b})"}
+_LVALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^\[\]]+\])?$")
+
+
+def _ctype(ctype: str) -> str:
+    if ctype not in SHFL_TYPES:
+        raise DTypeError(f"shuffle type {ctype!r} is not supported; allowed: {', '.join(SHFL_TYPES)}")
+    return ctype
+
+
+def _width(width) -> int:
+    if not isinstance(width, int) or width < 1 or width > WARP or width & (width - 1):
+        raise DTypeError(f"warp width {width!r}: a power of two from 1 to {WARP}")
+    return width
+
+
+def _lanes(lanes) -> int:
+    if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1) or lanes > 1024:
+        raise DTypeError(f"block lanes {lanes!r}: a power of two from 1 to 1024")
+    return lanes
+
+
+def _var(name: str, what: str = "variable") -> str:
+    if not isinstance(name, str) or not _LVALUE.match(name):
+        raise DTypeError(f"warp operation {what} {name!r}: a C name, optionally indexed")
+    return name
+
+
+def combine_fn(op: str):
+    """``op`` (sum, max, min, or an expression in {a} and {b}) as a function of two C
+    expressions."""
+    expr = COMBINES.get(op, op)
+    if not isinstance(expr, str) or "{a}" not in expr or "{b}" not in expr:
+        raise DTypeError(f"warp combine {op!r}: one of {', '.join(COMBINES)} or an expression "
+                         "in {a} and {b}")
+    return lambda a, b: expr.replace("{a}", a).replace("{b}", b)
+
+
+def _mode(mode: str) -> str:
+    if mode not in SHFL_MODES:
+        raise DTypeError(f"shuffle mode {mode!r}; allowed: {', '.join(SHFL_MODES)}")
+    return mode
+
+
+class Shuffles:
+    """The block operations, the same on every backend: built on the warp operations of the
+    subclass (``shfl``, ``warp_reduce``, ``warp_scan``) and one exchange through ``scratch``,
+    a shared array of one value a warp, declared at kernel scope by the template."""
+
+    size = WARP
+
+    def block_reduce(self, var: str, op: str, ctype: str, lanes: int, scratch: str = "") -> str:
+        """Every one of ``lanes`` consecutive work-items (a power of two) ends with the
+        combination of their ``var``: a warp reduce, then (lanes > 32) lane 0 of each warp
+        stores its warp's result, one barrier, every warp reduces the results of its group of
+        lanes / 32 warps, one barrier frees ``scratch``."""
+        lanes = _lanes(lanes)
+        if lanes <= WARP:
+            return self.warp_reduce(var, op, ctype, lanes)
+        wpr = lanes // WARP
+        scratch = _var(scratch, "scratch")
+        return "\n".join([
+            self.warp_reduce(var, op, ctype, WARP),
+            f"if (gpucg_lane == 0) {scratch}[gpucg_warp] = {var};",
+            self.block_barrier(),
+            f"{var} = {scratch}[(gpucg_warp & ~{wpr - 1}) + (gpucg_lane & {wpr - 1})];",
+            self.warp_reduce(var, op, ctype, wpr),
+            self.block_barrier()])
+
+    def block_scan(self, var: str, op: str, ctype: str, lanes: int, scratch: str = "",
+                   total: str = "") -> str:
+        """Inclusive scan of ``var`` over ``lanes`` consecutive work-items (a power of two),
+        work-item order; ``total`` (a declared variable, optional) gets the combination of
+        all of them in every work-item. A warp scan, then (lanes > 32) the last lane of each
+        warp stores its warp's total, one barrier, each warp scans the group's totals and
+        takes its prefix by a shuffle, one barrier frees ``scratch``."""
+        lanes, comb = _lanes(lanes), combine_fn(op)
+        width = min(lanes, WARP)
+        out = [self.warp_scan(var, op, ctype, width)]
+        if lanes <= WARP:
+            if total:
+                out.append(self.shfl("idx", _var(total, "total"), var, str(width - 1), ctype, width))
+            return "\n".join(out)
+        wpr = lanes // WARP
+        scratch = _var(scratch, "scratch")
+        out += [f"if (gpucg_lane == {WARP - 1}) {scratch}[gpucg_warp] = {var};",
+                self.block_barrier(),
+                "{",
+                f"{ctype} gpucg_s = {scratch}[(gpucg_warp & ~{wpr - 1}) + (gpucg_lane & {wpr - 1})];",
+                self.warp_scan("gpucg_s", op, ctype, wpr),
+                f"{ctype} gpucg_pre;",
+                self.shfl("idx", "gpucg_pre", "gpucg_s", f"(gpucg_warp - 1) & {wpr - 1}", ctype),
+                f"if (gpucg_warp & {wpr - 1}) {var} = {comb('gpucg_pre', var)};"]
+        if total:
+            out.append(self.shfl("idx", _var(total, "total"), "gpucg_s", str(wpr - 1), ctype))
+        out += ["}", self.block_barrier()]
+        return "\n".join(out)
+
+
+class CudaShuffles(Shuffles):
+    """``__shfl_*_sync`` with the full mask."""
+
+    def block_barrier(self) -> str:
+        return "__syncthreads();"
+
+    def shfl(self, mode: str, dst: str, value: str, arg: str, ctype: str = "float",
+             width: int = WARP) -> str:
+        fn = "__shfl_sync" if _mode(mode) == "idx" else f"__shfl_{mode}_sync"
+        _ctype(ctype)
+        w = "" if _width(width) == WARP else f", {width}"
+        return f"{_var(dst)} = {fn}(0xffffffffu, {value}, {arg}{w});"
+
+    def warp_reduce(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
+        comb, var, width = combine_fn(op), _var(var), _width(width)
+        if width == 1:
+            return ""
+        w = "" if width == WARP else f", {width}"
+        return (f"#pragma unroll\nfor (int gpucg_o = {width // 2}; gpucg_o > 0; gpucg_o >>= 1) {{\n"
+                f"    const {_ctype(ctype)} gpucg_b = __shfl_xor_sync(0xffffffffu, {var}, gpucg_o{w});\n"
+                f"    {var} = {comb(var, 'gpucg_b')};\n}}")
+
+    def warp_scan(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
+        comb, var, width = combine_fn(op), _var(var), _width(width)
+        if width == 1:
+            return ""
+        w = "" if width == WARP else f", {width}"
+        return (f"#pragma unroll\nfor (int gpucg_o = 1; gpucg_o < {width}; gpucg_o <<= 1) {{\n"
+                f"    const {_ctype(ctype)} gpucg_a = __shfl_up_sync(0xffffffffu, {var}, gpucg_o{w});\n"
+                f"    if ((gpucg_lane & {width - 1}) >= gpucg_o) {var} = {comb('gpucg_a', var)};\n}}")
+
+
+_B = "barrier(CLK_LOCAL_MEM_FENCE);"
+
+
+class OpenCLShuffles(Shuffles):
+    """The emulation through the warp's scratch (the table above)."""
+
+    def block_barrier(self) -> str:
+        return _B
+
+    def shfl(self, mode: str, dst: str, value: str, arg: str, ctype: str = "float",
+             width: int = WARP) -> str:
+        w, m = _width(width), f"({arg})"
+        src = {"xor": f"(gpucg_lane ^ {m} & {WARP - 1}) <= (gpucg_lane | {w - 1}) ? "
+                      f"gpucg_lane ^ {m} & {WARP - 1} : gpucg_lane",
+               "up": f"(gpucg_lane & {w - 1}) >= {m} ? gpucg_lane - {m} : gpucg_lane",
+               "down": f"(gpucg_lane & {w - 1}) + {m} < {w} ? gpucg_lane + {m} : gpucg_lane",
+               "idx": f"(gpucg_lane & ~{w - 1}) + ({m} & {w - 1})"}[_mode(mode)]
+        x = f"((__local {_ctype(ctype)}*)gpucg_ws)"
+        return (f"{x}[gpucg_lane] = {value};\n{_B}\n"
+                f"{_var(dst)} = {x}[{src}];\n{_B}")
+
+    def warp_reduce(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
+        comb, var, width = combine_fn(op), _var(var), _width(width)
+        if width == 1:
+            return ""
+        x = f"((__local {_ctype(ctype)}*)gpucg_ws)"
+        return (f"for (int gpucg_o = {width // 2}, gpucg_p = 0; gpucg_o > 0; gpucg_o >>= 1, gpucg_p ^= {WARP}) {{\n"
+                f"    {x}[gpucg_p + gpucg_lane] = {var};\n    {_B}\n"
+                f"    const {ctype} gpucg_b = {x}[gpucg_p + (gpucg_lane ^ gpucg_o)];\n"
+                f"    {var} = {comb(var, 'gpucg_b')};\n}}\n{_B}")
+
+    def warp_scan(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
+        comb, var, width = combine_fn(op), _var(var), _width(width)
+        if width == 1:
+            return ""
+        x = f"((__local {_ctype(ctype)}*)gpucg_ws)"
+        return (f"for (int gpucg_o = 1, gpucg_p = 0; gpucg_o < {width}; gpucg_o <<= 1, gpucg_p ^= {WARP}) {{\n"
+                f"    {x}[gpucg_p + gpucg_lane] = {var};\n    {_B}\n"
+                f"    if ((gpucg_lane & {width - 1}) >= gpucg_o)\n"
+                f"        {var} = {comb(x + '[gpucg_p + gpucg_lane - gpucg_o]', var)};\n}}\n{_B}")
