@@ -140,6 +140,27 @@ def test_emulated_block_reduce_and_scan(lanes):
     np.testing.assert_array_equal(tot, np.repeat(seg.sum(1), lanes))
 
 
+PAIR = """{
+    const float top = {b0} > a ? {b0} : a;
+    b = b * exp(a - top) + {b1} * exp({b0} - top);
+    a = top;
+}"""
+
+
+@pytest.mark.parametrize("lanes", [8, 32, 128])
+def test_emulated_pair_reduce(lanes):
+    """softmax's (maximum, sum of exp(v - maximum)) pair, folded by a statement."""
+    x = np.random.default_rng(7).standard_normal(WG).astype(np.float32) * 4
+    body = "\n".join(["float a = v, b = 1.0f;",
+                      OPENCL.block_reduce(["a", "b"], PAIR, "float", lanes, ["pa", "pb"]),
+                      "Y0[t] = a; Y1[t] = b;"])
+    a, b = _run(body, x, outs=2, decl=f"__local float pa[{WG // 32}], pb[{WG // 32}];")
+    seg = x.astype(np.float64).reshape(-1, lanes)
+    top = seg.max(1)
+    np.testing.assert_array_equal(a, np.repeat(top, lanes).astype(np.float32))
+    np.testing.assert_allclose(b, np.repeat(np.exp(seg - top[:, None]).sum(1), lanes), rtol=1e-5)
+
+
 def test_block_ops_barriers():
     """At most two block barriers past the warp step (none within a warp on CUDA)."""
     assert "__syncthreads" not in CUDA.block_reduce("v", "sum", "float", 32)
@@ -159,6 +180,10 @@ def test_bad_shuffle_arguments_are_refused():
         OPENCL.block_reduce("v", "sum", "float", 96, "p")
     with pytest.raises(DTypeError, match="warp combine 'avg'"):
         CUDA.warp_reduce("v", "avg")
+    with pytest.raises(DTypeError, match="a fold statement in"):
+        CUDA.warp_reduce(["a", "b"], "a += {b0};")
+    with pytest.raises(DTypeError, match="one scratch array each"):
+        CUDA.block_reduce(["a", "b"], PAIR, "float", 64, "pa")
     with pytest.raises(DTypeError, match="variable 'v; x'"):
         CUDA.warp_reduce("v; x", "sum")
 
@@ -169,18 +194,20 @@ def _cuda_kernel():
                       for w in (32, 8)] + [
         d.warp_reduce("v", "max", "float"), d.warp_scan("i", "sum", "int", 16),
         d.warp_reduce("x", "sum", "double", 8),
+        d.block_reduce(["a", "b"], PAIR, "float", 128, ["part", "part2"]),
         d.block_reduce("v", "sum", "float", 256, "part"),
         d.block_scan("i", "{a} + {b}", "int", 512, "ipart", "tot")])
     return f"""extern "C" __global__ void k(const float* X, float* Y)
 {{
-    __shared__ float part[16];
+    __shared__ float part[16], part2[16];
     __shared__ int ipart[16];
     {d.warp_setup(16, "threadIdx.x")}
     float v = X[threadIdx.x], w = 0;
     int i = (int)v, tot = 0;
     double x = v;
+    float a = v, b = 1.0f;
 {body}
-    Y[threadIdx.x] = v + w + i + tot + (float)x;
+    Y[threadIdx.x] = v + w + i + tot + (float)x + a + b;
 }}
 """
 

@@ -26,8 +26,8 @@ The warp reduce is the xor butterfly (offsets W/2, ..., 1: every lane ends with 
 and the warp scan Hillis and Steele's inclusive scan with shfl_up (offsets 1, ..., W/2). Their
 emulation does one round a barrier: round k writes half k % 2 of the scratch and reads it
 after the barrier, so the next round's writes never meet this round's reads; one barrier
-after the last round frees the scratch. A value of up to 8 bytes takes :data:`SHFL_WORDS`
-(two halves of 32 lanes, two words each).
+after the last round frees the scratch. A reduce may move two values a lane (a pair, folded
+by a statement); :data:`SHFL_WORDS` holds two halves of two 8-byte values of 32 lanes.
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from ..errors import DTypeError
 
 #: lanes a warp (CUDA); the emulation's warps are this many consecutive work-items
 WARP = 32
-#: 32-bit words of local scratch a warp's emulated shuffles use
-SHFL_WORDS = 4 * WARP
+#: 32-bit words of local scratch a warp's emulated shuffles use: two halves (rounds) of two
+#: values (a pair reduction) of 32 lanes, 8 bytes each
+SHFL_WORDS = 8 * WARP
 #: the value types a shuffle moves (each at most 8 bytes)
 SHFL_TYPES = ("float", "double", "int", "uint", "unsigned", "unsigned int", "long", "ulong",
               "long long", "unsigned long long")
@@ -83,6 +84,31 @@ def combine_fn(op: str):
     return lambda a, b: expr.replace("{a}", a).replace("{b}", b)
 
 
+def folding(var, op: str):
+    """(names, fold) for a reduce of ``var``: one name with ``op`` a combine (see
+    :func:`combine_fn`), or a list of names with ``op`` a C statement folding the other lane's
+    values ``{b0}``, ``{b1}``, ... into them (a pair reduction: softmax's maximum and sum).
+    fold(others) is the statement for the other lane's values named ``others``."""
+    if isinstance(var, str):
+        comb, name = combine_fn(op), _var(var)
+        return [name], lambda others: f"{name} = {comb(name, others[0])};"
+    names = [_var(v) for v in var]
+    if not names or not isinstance(op, str) or any(f"{{b{i}}}" not in op for i in range(len(names))):
+        raise DTypeError(f"warp reduce of {names}: a fold statement in "
+                         f"{', '.join('{b%d}' % i for i in range(len(names)))}, got {op!r}")
+
+    def fold(others):
+        out = op
+        for i, o in enumerate(others):
+            out = out.replace(f"{{b{i}}}", o)
+        return out
+    return names, fold
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + ln if ln else ln for ln in text.splitlines())
+
+
 def _mode(mode: str) -> str:
     if mode not in SHFL_MODES:
         raise DTypeError(f"shuffle mode {mode!r}; allowed: {', '.join(SHFL_MODES)}")
@@ -96,21 +122,29 @@ class Shuffles:
 
     size = WARP
 
-    def block_reduce(self, var: str, op: str, ctype: str, lanes: int, scratch: str = "") -> str:
+    def block_reduce(self, var, op: str, ctype: str, lanes: int, scratch="") -> str:
         """Every one of ``lanes`` consecutive work-items (a power of two) ends with the
-        combination of their ``var``: a warp reduce, then (lanes > 32) lane 0 of each warp
-        stores its warp's result, one barrier, every warp reduces the results of its group of
-        lanes / 32 warps, one barrier frees ``scratch``."""
+        combination of their ``var`` (or vars, see :func:`folding`): a warp reduce, then
+        (lanes > 32) lane 0 of each warp stores its warp's result in ``scratch`` (one array a
+        var), one barrier, every warp reduces the results of its group of lanes / 32 warps,
+        one barrier frees ``scratch``."""
         lanes = _lanes(lanes)
         if lanes <= WARP:
             return self.warp_reduce(var, op, ctype, lanes)
         wpr = lanes // WARP
-        scratch = _var(scratch, "scratch")
+        names, _ = folding(var, op)
+        scr = [scratch] if isinstance(scratch, str) else list(scratch)
+        if len(scr) != len(names):
+            raise DTypeError(f"block reduce of {names}: one scratch array each, got {scratch!r}")
+        scr = [_var(x, "scratch") for x in scr]
+        at = f"(gpucg_warp & ~{wpr - 1}) + (gpucg_lane & {wpr - 1})"
         return "\n".join([
             self.warp_reduce(var, op, ctype, WARP),
-            f"if (gpucg_lane == 0) {scratch}[gpucg_warp] = {var};",
+            "if (gpucg_lane == 0) {",
+            *[f"    {x}[gpucg_warp] = {n};" for x, n in zip(scr, names)],
+            "}",
             self.block_barrier(),
-            f"{var} = {scratch}[(gpucg_warp & ~{wpr - 1}) + (gpucg_lane & {wpr - 1})];",
+            *[f"{n} = {x}[{at}];" for x, n in zip(scr, names)],
             self.warp_reduce(var, op, ctype, wpr),
             self.block_barrier()])
 
@@ -157,14 +191,16 @@ class CudaShuffles(Shuffles):
         w = "" if _width(width) == WARP else f", {width}"
         return f"{_var(dst)} = {fn}(0xffffffffu, {value}, {arg}{w});"
 
-    def warp_reduce(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
-        comb, var, width = combine_fn(op), _var(var), _width(width)
+    def warp_reduce(self, var, op: str, ctype: str = "float", width: int = WARP) -> str:
+        (names, fold), width = folding(var, op), _width(width)
         if width == 1:
             return ""
         w = "" if width == WARP else f", {width}"
+        others = [f"gpucg_b{i}" for i in range(len(names))]
+        gets = "".join(f"    const {_ctype(ctype)} {o} = __shfl_xor_sync(0xffffffffu, {n}, gpucg_o{w});\n"
+                       for o, n in zip(others, names))
         return (f"#pragma unroll\nfor (int gpucg_o = {width // 2}; gpucg_o > 0; gpucg_o >>= 1) {{\n"
-                f"    const {_ctype(ctype)} gpucg_b = __shfl_xor_sync(0xffffffffu, {var}, gpucg_o{w});\n"
-                f"    {var} = {comb(var, 'gpucg_b')};\n}}")
+                f"{gets}{_indent(fold(others))}\n}}")
 
     def warp_scan(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
         comb, var, width = combine_fn(op), _var(var), _width(width)
@@ -197,15 +233,19 @@ class OpenCLShuffles(Shuffles):
         return (f"{x}[gpucg_lane] = {value};\n{_B}\n"
                 f"{_var(dst)} = {x}[{src}];\n{_B}")
 
-    def warp_reduce(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
-        comb, var, width = combine_fn(op), _var(var), _width(width)
+    def warp_reduce(self, var, op: str, ctype: str = "float", width: int = WARP) -> str:
+        (names, fold), width = folding(var, op), _width(width)
         if width == 1:
             return ""
+        if len(names) > 2:
+            raise DTypeError(f"emulated warp reduce of {names}: at most two values")
         x = f"((__local {_ctype(ctype)}*)gpucg_ws)"
+        others = [f"gpucg_b{i}" for i in range(len(names))]
+        puts = "".join(f"    {x}[gpucg_p + {64 * i} + gpucg_lane] = {n};\n" for i, n in enumerate(names))
+        gets = "".join(f"    const {ctype} {o} = {x}[gpucg_p + {64 * i} + (gpucg_lane ^ gpucg_o)];\n"
+                       for i, o in enumerate(others))
         return (f"for (int gpucg_o = {width // 2}, gpucg_p = 0; gpucg_o > 0; gpucg_o >>= 1, gpucg_p ^= {WARP}) {{\n"
-                f"    {x}[gpucg_p + gpucg_lane] = {var};\n    {_B}\n"
-                f"    const {ctype} gpucg_b = {x}[gpucg_p + (gpucg_lane ^ gpucg_o)];\n"
-                f"    {var} = {comb(var, 'gpucg_b')};\n}}\n{_B}")
+                f"{puts}    {_B}\n{gets}{_indent(fold(others))}\n}}\n{_B}")
 
     def warp_scan(self, var: str, op: str, ctype: str = "float", width: int = WARP) -> str:
         comb, var, width = combine_fn(op), _var(var), _width(width)
