@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DTypeError
 from ..half import HALF_DTYPES
+from .shuffle import SHFL_WORDS
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
 _AXES = "xyz"
@@ -86,8 +87,12 @@ class Dialect:
     def warp_setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS) -> str:
         """Kernel-scope declarations the warp operations need: gpucg_lane, gpucg_warp (from
         the linear work-item id ``tid``) and the emulation's scratch, ``words`` a warp
-        (:data:`gpucg.codegen.shuffle.SHFL_WORDS` where a kernel only shuffles)."""
+        (:meth:`shfl_setup` where a kernel only shuffles)."""
         return self.warp.setup(nwarps, tid, words)
+
+    def shfl_setup(self, nwarps: int, tid: str) -> str:
+        """warp_setup for a kernel whose warp operations are shuffles alone."""
+        return self.warp.setup(nwarps, tid, SHFL_WORDS)
 
     # shuffles and what is built on them (gpucg/codegen/shuffle.py): statements, called by
     # every work-item of the work-group; op is sum, max, min or an expression in {a} and {b}
