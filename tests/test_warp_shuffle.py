@@ -127,17 +127,29 @@ def test_emulated_block_reduce_and_scan(lanes):
     total; the scratch reused by the second and third call."""
     x = np.random.default_rng(lanes).integers(-1000, 1000, WG).astype(np.float32)
     body = "\n".join([
-        "float s = v, m = v, c = v, tot = 0;",
+        "float s = v, m = v, c = v, tot = 0, ex = 0;",
         OPENCL.block_reduce("s", "sum", "float", lanes, "part"),
         OPENCL.block_reduce("m", "max", "float", lanes, "part"),
-        OPENCL.block_scan("c", "sum", "float", lanes, "part", total="tot"),
-        "Y0[t] = s; Y1[t] = m; Y2[t] = c; Y3[t] = tot;"])
-    s, m, c, tot = _run(body, x, outs=4, decl=f"__local float part[{WG // 32}];")
+        OPENCL.block_scan("c", "sum", "float", lanes, "part", total="tot", exclusive="ex"),
+        "Y0[t] = s; Y1[t] = m; Y2[t] = c; Y3[t] = tot; Y4[t] = ex;"])
+    s, m, c, tot, ex = _run(body, x, outs=5, decl=f"__local float part[{WG // 32}];")
     seg = x.astype(np.float64).reshape(-1, lanes)
     np.testing.assert_array_equal(s, np.repeat(seg.sum(1), lanes))  # integers: exact
     np.testing.assert_array_equal(m, np.repeat(seg.max(1), lanes))
     np.testing.assert_array_equal(c, np.cumsum(seg, 1).ravel())
     np.testing.assert_array_equal(tot, np.repeat(seg.sum(1), lanes))
+    prev = np.cumsum(seg, 1)
+    prev = np.concatenate([seg[:, :1], prev[:, :-1]], 1)  # the first: its own value
+    np.testing.assert_array_equal(ex, prev.ravel())
+
+
+def test_emulated_narrow_type_scan():
+    """short values (CUDA carries them as int): a running product wraps as short does."""
+    x = np.random.default_rng(9).integers(-3, 4, WG).astype(np.int16)
+    (got,) = _run(OPENCL.block_scan("v", "{a} * {b}", "short", 64, "part") + "\nY0[t] = v;",
+                  x, "short", decl=f"__local short part[{WG // 32}];")
+    want = np.cumprod(x.reshape(-1, 64).astype(np.int64), 1).astype(np.int16).ravel()
+    np.testing.assert_array_equal(got, want)
 
 
 PAIR = """{
@@ -196,18 +208,21 @@ def _cuda_kernel():
         d.warp_reduce("x", "sum", "double", 8),
         d.block_reduce(["a", "b"], PAIR, "float", 128, ["part", "part2"]),
         d.block_reduce("v", "sum", "float", 256, "part"),
-        d.block_scan("i", "{a} + {b}", "int", 512, "ipart", "tot")])
+        d.block_scan("i", "{a} + {b}", "int", 512, "ipart", "tot", "j"),
+        d.block_scan("sh", "{a} * {b}", "short", 64, "spart")])
     return f"""extern "C" __global__ void k(const float* X, float* Y)
 {{
     __shared__ float part[16], part2[16];
     __shared__ int ipart[16];
+    __shared__ short spart[16];
     {d.warp_setup(16, "threadIdx.x")}
     float v = X[threadIdx.x], w = 0;
-    int i = (int)v, tot = 0;
+    int i = (int)v, tot = 0, j = 0;
+    short sh = (short)i;
     double x = v;
     float a = v, b = 1.0f;
 {body}
-    Y[threadIdx.x] = v + w + i + tot + (float)x + a + b;
+    Y[threadIdx.x] = v + w + i + tot + (float)x + a + b + j + sh;
 }}
 """
 

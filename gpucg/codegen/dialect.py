@@ -121,10 +121,11 @@ class Dialect:
         return self.warp.block_reduce(var, op, ctype, lanes, scratch)
 
     def block_scan(self, var: str, op: str, ctype: str, lanes: int, scratch: str = "",
-                   total: str = "") -> str:
+                   total: str = "", exclusive: str = "") -> str:
         """var = the inclusive scan of var over each ``lanes`` consecutive work-items; total
-        (optional) = their combination. More than a warp: 2 barriers, as block_reduce."""
-        return self.warp.block_scan(var, op, ctype, lanes, scratch, total)
+        (optional) = their combination; exclusive (optional) = the previous work-item's
+        inclusive result (the first's: its own). More than a warp: 2 barriers."""
+        return self.warp.block_scan(var, op, ctype, lanes, scratch, total, exclusive)
 
     def smem(self, name: str, units: int) -> str:
         """A 16-byte aligned shared array of ``units`` 16-bit units (tiles for the warp ops)."""

@@ -43,7 +43,10 @@ WARP = 32
 SHFL_WORDS = 8 * WARP
 #: the value types a shuffle moves (each at most 8 bytes)
 SHFL_TYPES = ("float", "double", "int", "uint", "unsigned", "unsigned int", "long", "ulong",
-              "long long", "unsigned long long")
+              "long long", "unsigned long long", "char", "signed char", "uchar", "unsigned char",
+              "short", "ushort", "unsigned short")
+#: types CUDA's shuffles do not take: moved as an int and cast back
+_NARROW = ("char", "signed char", "uchar", "unsigned char", "short", "ushort", "unsigned short")
 SHFL_MODES = ("xor", "up", "down", "idx")
 #: named combines; any other combine is an expression in {a} and {b} (a: the earlier value)
 COMBINES = {"sum": "{a} + {b}", "max": "({a} > {b} ? {a} : {b})", "min": "({a} < {b} ? {a} : {b})"}
@@ -149,15 +152,18 @@ class Shuffles:
             self.block_barrier()])
 
     def block_scan(self, var: str, op: str, ctype: str, lanes: int, scratch: str = "",
-                   total: str = "") -> str:
+                   total: str = "", exclusive: str = "") -> str:
         """Inclusive scan of ``var`` over ``lanes`` consecutive work-items (a power of two),
         work-item order; ``total`` (a declared variable, optional) gets the combination of
-        all of them in every work-item. A warp scan, then (lanes > 32) the last lane of each
-        warp stores its warp's total, one barrier, each warp scans the group's totals and
-        takes its prefix by a shuffle, one barrier frees ``scratch``."""
+        all of them in every work-item, ``exclusive`` (optional) the previous work-item's
+        inclusive result (the first work-item's: its own). A warp scan, then (lanes > 32) the
+        last lane of each warp stores its warp's total, one barrier, each warp scans the
+        group's totals and takes its prefix by a shuffle, one barrier frees ``scratch``."""
         lanes, comb = _lanes(lanes), combine_fn(op)
         width = min(lanes, WARP)
         out = [self.warp_scan(var, op, ctype, width)]
+        if exclusive:
+            out.append(self.shfl("up", _var(exclusive, "exclusive"), var, "1", ctype, width))
         if lanes <= WARP:
             if total:
                 out.append(self.shfl("idx", _var(total, "total"), var, str(width - 1), ctype, width))
@@ -171,11 +177,20 @@ class Shuffles:
                 self.warp_scan("gpucg_s", op, ctype, wpr),
                 f"{ctype} gpucg_pre;",
                 self.shfl("idx", "gpucg_pre", "gpucg_s", f"(gpucg_warp - 1) & {wpr - 1}", ctype),
-                f"if (gpucg_warp & {wpr - 1}) {var} = {comb('gpucg_pre', var)};"]
+                f"if (gpucg_warp & {wpr - 1}) {{"]
+        if exclusive:
+            out.append(f"    {exclusive} = gpucg_lane == 0 ? gpucg_pre : {comb('gpucg_pre', exclusive)};")
+        out.append(f"    {var} = {comb('gpucg_pre', var)};\n}}")
         if total:
             out.append(self.shfl("idx", _var(total, "total"), "gpucg_s", str(wpr - 1), ctype))
         out += ["}", self.block_barrier()]
         return "\n".join(out)
+
+
+def _cuda_shfl(fn: str, value: str, args: str, ctype: str) -> str:
+    if ctype in _NARROW:
+        return f"({ctype}){fn}(0xffffffffu, (int)({value}), {args})"
+    return f"{fn}(0xffffffffu, {value}, {args})"
 
 
 class CudaShuffles(Shuffles):
@@ -189,7 +204,7 @@ class CudaShuffles(Shuffles):
         fn = "__shfl_sync" if _mode(mode) == "idx" else f"__shfl_{mode}_sync"
         _ctype(ctype)
         w = "" if _width(width) == WARP else f", {width}"
-        return f"{_var(dst)} = {fn}(0xffffffffu, {value}, {arg}{w});"
+        return f"{_var(dst)} = {_cuda_shfl(fn, value, arg + w, ctype)};"
 
     def warp_reduce(self, var, op: str, ctype: str = "float", width: int = WARP) -> str:
         (names, fold), width = folding(var, op), _width(width)
@@ -197,7 +212,8 @@ class CudaShuffles(Shuffles):
             return ""
         w = "" if width == WARP else f", {width}"
         others = [f"gpucg_b{i}" for i in range(len(names))]
-        gets = "".join(f"    const {_ctype(ctype)} {o} = __shfl_xor_sync(0xffffffffu, {n}, gpucg_o{w});\n"
+        gets = "".join(f"    const {_ctype(ctype)} {o} = "
+                       f"{_cuda_shfl('__shfl_xor_sync', n, 'gpucg_o' + w, ctype)};\n"
                        for o, n in zip(others, names))
         return (f"#pragma unroll\nfor (int gpucg_o = {width // 2}; gpucg_o > 0; gpucg_o >>= 1) {{\n"
                 f"{gets}{_indent(fold(others))}\n}}")
@@ -208,7 +224,7 @@ class CudaShuffles(Shuffles):
             return ""
         w = "" if width == WARP else f", {width}"
         return (f"#pragma unroll\nfor (int gpucg_o = 1; gpucg_o < {width}; gpucg_o <<= 1) {{\n"
-                f"    const {_ctype(ctype)} gpucg_a = __shfl_up_sync(0xffffffffu, {var}, gpucg_o{w});\n"
+                f"    const {_ctype(ctype)} gpucg_a = {_cuda_shfl('__shfl_up_sync', var, 'gpucg_o' + w, ctype)};\n"
                 f"    if ((gpucg_lane & {width - 1}) >= gpucg_o) {var} = {comb('gpucg_a', var)};\n}}")
 
 
