@@ -112,6 +112,14 @@ def _indent(text: str) -> str:
     return "\n".join("    " + ln if ln else ln for ln in text.splitlines())
 
 
+def _ctypes(ctype, names) -> list:
+    """One value type a name: ``ctype`` itself or a list of them (a value and its index)."""
+    types = [ctype] * len(names) if isinstance(ctype, str) else list(ctype)
+    if len(types) != len(names):
+        raise DTypeError(f"warp reduce of {names}: one type each, got {ctype!r}")
+    return [_ctype(t) for t in types]
+
+
 def _mode(mode: str) -> str:
     if mode not in SHFL_MODES:
         raise DTypeError(f"shuffle mode {mode!r}; allowed: {', '.join(SHFL_MODES)}")
@@ -212,9 +220,8 @@ class CudaShuffles(Shuffles):
             return ""
         w = "" if width == WARP else f", {width}"
         others = [f"gpucg_b{i}" for i in range(len(names))]
-        gets = "".join(f"    const {_ctype(ctype)} {o} = "
-                       f"{_cuda_shfl('__shfl_xor_sync', n, 'gpucg_o' + w, ctype)};\n"
-                       for o, n in zip(others, names))
+        gets = "".join(f"    const {t} {o} = {_cuda_shfl('__shfl_xor_sync', n, 'gpucg_o' + w, t)};\n"
+                       for o, n, t in zip(others, names, _ctypes(ctype, names)))
         return (f"#pragma unroll\nfor (int gpucg_o = {width // 2}; gpucg_o > 0; gpucg_o >>= 1) {{\n"
                 f"{gets}{_indent(fold(others))}\n}}")
 
@@ -255,11 +262,12 @@ class OpenCLShuffles(Shuffles):
             return ""
         if len(names) > 2:
             raise DTypeError(f"emulated warp reduce of {names}: at most two values")
-        x = f"((__local {_ctype(ctype)}*)gpucg_ws)"
+        # value i in words [128 i, 128 i + 128): two halves of 32 lanes, 8 bytes each
+        xs = [f"((__local {t}*)(gpucg_ws + {128 * i}))" for i, t in enumerate(_ctypes(ctype, names))]
         others = [f"gpucg_b{i}" for i in range(len(names))]
-        puts = "".join(f"    {x}[gpucg_p + {64 * i} + gpucg_lane] = {n};\n" for i, n in enumerate(names))
-        gets = "".join(f"    const {ctype} {o} = {x}[gpucg_p + {64 * i} + (gpucg_lane ^ gpucg_o)];\n"
-                       for i, o in enumerate(others))
+        puts = "".join(f"    {x}[gpucg_p + gpucg_lane] = {n};\n" for x, n in zip(xs, names))
+        gets = "".join(f"    const {t} {o} = {x}[gpucg_p + (gpucg_lane ^ gpucg_o)];\n"
+                       for x, o, t in zip(xs, others, _ctypes(ctype, names)))
         return (f"for (int gpucg_o = {width // 2}, gpucg_p = 0; gpucg_o > 0; gpucg_o >>= 1, gpucg_p ^= {WARP}) {{\n"
                 f"{puts}    {_B}\n{gets}{_indent(fold(others))}\n}}\n{_B}")
 
