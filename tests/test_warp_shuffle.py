@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from gpucg.codegen import CUDA, OPENCL
-from gpucg.codegen.shuffle import SHFL_WORDS
 from gpucg.errors import DTypeError
 from gpucg.verify import nvrtc
 
@@ -28,7 +27,7 @@ def _run(body, x, ctype="float", outs=1, wg=WG, decl=""):
     src = f"""{pre}__kernel void k(__global const {ctype}* X{ys})
 {{
     const int t = get_local_id(0);
-{d.warp_setup(wg // 32, "t", SHFL_WORDS)}
+{d.shfl_setup(wg // 32, "t", wg)}
 {decl}
     {ctype} v = X[t];
 {body}
@@ -215,7 +214,7 @@ def _cuda_kernel():
     __shared__ float part[16], part2[16];
     __shared__ int ipart[16];
     __shared__ short spart[16];
-    {d.warp_setup(16, "threadIdx.x")}
+    {d.shfl_setup(16, "threadIdx.x", 512)}
     float v = X[threadIdx.x], w = 0;
     int i = (int)v, tot = 0, j = 0;
     short sh = (short)i;

@@ -84,15 +84,18 @@ class Dialect:
         __launch_bounds__: registers capped to fit); empty where the language has none."""
         return self.warp.bounds(threads, blocks)
 
-    def warp_setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS) -> str:
-        """Kernel-scope declarations the warp operations need: gpucg_lane, gpucg_warp (from
-        the linear work-item id ``tid``) and the emulation's scratch, ``words`` a warp
-        (:meth:`shfl_setup` where a kernel only shuffles)."""
-        return self.warp.setup(nwarps, tid, words)
+    def warp_setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
+        """Kernel-scope declarations the warp operations need: the emulation's scratch,
+        ``words`` a warp, with gpucg_lane and gpucg_warp (from the linear work-item id
+        ``tid``); where the operations are instructions, only the ids named in ``ids``
+        ("lane", "warp") that they use."""
+        return self.warp.setup(nwarps, tid, words, ids)
 
-    def shfl_setup(self, nwarps: int, tid: str) -> str:
-        """warp_setup for a kernel whose warp operations are shuffles alone."""
-        return self.warp.setup(nwarps, tid, SHFL_WORDS)
+    def shfl_setup(self, nwarps: int, tid: str, lanes: int, scan: bool = False) -> str:
+        """warp_setup for a kernel whose warp operations are shuffles alone, block operations
+        over ``lanes`` work-items (a scan names the lane even within a warp)."""
+        ids = ("lane", "warp") if lanes > self.warp.size else ("lane",) if scan else ()
+        return self.warp.setup(nwarps, tid, SHFL_WORDS, ids)
 
     # shuffles and what is built on them (gpucg/codegen/shuffle.py): statements, called by
     # every work-item of the work-group; op is sum, max, min or an expression in {a} and {b}

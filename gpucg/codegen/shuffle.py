@@ -178,20 +178,18 @@ class Shuffles:
             return "\n".join(out)
         wpr = lanes // WARP
         scratch = _var(scratch, "scratch")
-        out += [f"if (gpucg_lane == {WARP - 1}) {scratch}[gpucg_warp] = {var};",
-                self.block_barrier(),
-                "{",
-                f"{ctype} gpucg_s = {scratch}[(gpucg_warp & ~{wpr - 1}) + (gpucg_lane & {wpr - 1})];",
-                self.warp_scan("gpucg_s", op, ctype, wpr),
-                f"{ctype} gpucg_pre;",
-                self.shfl("idx", "gpucg_pre", "gpucg_s", f"(gpucg_warp - 1) & {wpr - 1}", ctype),
-                f"if (gpucg_warp & {wpr - 1}) {{"]
+        inner = [f"{ctype} gpucg_s = {scratch}[(gpucg_warp & ~{wpr - 1}) + (gpucg_lane & {wpr - 1})];",
+                 self.warp_scan("gpucg_s", op, ctype, wpr),
+                 f"{ctype} gpucg_pre;",
+                 self.shfl("idx", "gpucg_pre", "gpucg_s", f"(gpucg_warp - 1) & {wpr - 1}", ctype),
+                 f"if (gpucg_warp & {wpr - 1}) {{"]
         if exclusive:
-            out.append(f"    {exclusive} = gpucg_lane == 0 ? gpucg_pre : {comb('gpucg_pre', exclusive)};")
-        out.append(f"    {var} = {comb('gpucg_pre', var)};\n}}")
+            inner.append(f"    {exclusive} = gpucg_lane == 0 ? gpucg_pre : {comb('gpucg_pre', exclusive)};")
+        inner.append(f"    {var} = {comb('gpucg_pre', var)};\n}}")
         if total:
-            out.append(self.shfl("idx", _var(total, "total"), "gpucg_s", str(wpr - 1), ctype))
-        out += ["}", self.block_barrier()]
+            inner.append(self.shfl("idx", _var(total, "total"), "gpucg_s", str(wpr - 1), ctype))
+        out += [f"if (gpucg_lane == {WARP - 1}) {scratch}[gpucg_warp] = {var};",
+                self.block_barrier(), "{", _indent("\n".join(inner)), "}", self.block_barrier()]
         return "\n".join(out)
 
 
@@ -263,7 +261,8 @@ class OpenCLShuffles(Shuffles):
         if len(names) > 2:
             raise DTypeError(f"emulated warp reduce of {names}: at most two values")
         # value i in words [128 i, 128 i + 128): two halves of 32 lanes, 8 bytes each
-        xs = [f"((__local {t}*)(gpucg_ws + {128 * i}))" for i, t in enumerate(_ctypes(ctype, names))]
+        xs = [f"((__local {t}*)" + (f"(gpucg_ws + {128 * i}))" if i else "gpucg_ws)")
+              for i, t in enumerate(_ctypes(ctype, names))]
         others = [f"gpucg_b{i}" for i in range(len(names))]
         puts = "".join(f"    {x}[gpucg_p + gpucg_lane] = {n};\n" for x, n in zip(xs, names))
         gets = "".join(f"    const {t} {o} = {x}[gpucg_p + (gpucg_lane ^ gpucg_o)];\n"

@@ -137,8 +137,11 @@ class CudaWarp(CudaShuffles):
         parts += [_cuda_cp_async(n) for n in sizes]
         return "\n".join(parts)
 
-    def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS) -> str:
-        return f"const int gpucg_lane = (int)({tid}) & 31, gpucg_warp = (int)({tid}) >> 5;"
+    def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
+        """Only the ids the kernel's operations name (``lane``, ``warp``): no scratch."""
+        decl = {"lane": f"const int gpucg_lane = (int)({tid}) & 31;",
+                "warp": f"const int gpucg_warp = (int)({tid}) >> 5;"}
+        return "\n".join(decl[i] for i in ids)
 
     def bounds(self, threads: int, blocks: int) -> str:
         return f" __launch_bounds__({int(threads)}, {int(blocks)})"
@@ -309,8 +312,8 @@ class OpenCLWarp(OpenCLShuffles):
     def bounds(self, threads: int, blocks: int) -> str:
         return ""
 
-    def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS) -> str:
-        """``words`` 32-bit words a warp: :data:`SCRATCH_WORDS` for mma and ldmatrix,
+    def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
+        """Lane, warp and the scratch (every emulated operation names them): ``words`` 32-bit words a warp: :data:`SCRATCH_WORDS` for mma and ldmatrix,
         :data:`~gpucg.codegen.shuffle.SHFL_WORDS` for shuffles alone."""
         words = int(words)
         return (f"__local uint gpucg_scratch[{int(nwarps) * words}] __attribute__((aligned(8)));\n"
