@@ -139,3 +139,34 @@ def test_tensor_core_gemm_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, attr
         mix = sass.kernel_mix(src, entry.group(1), arch)
         sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS"), none=("LDL", "STL"),
                          what=f"dense {impl}/{key} {dtype} {arch}")
+
+
+#: (op, input shapes, attrs, impl, {kernel: most BAR}): the row reductions meet by warp
+#: shuffles and one exchange of the warps' results (two barriers a block reduction; layer_norm
+#: reduces twice, the mean and the pair); "a warp a row" needs no block barrier at all
+_SHUFFLED = [
+    ("sum", [(4096, 4096)], {"axis": -1}, "reduce_group", {"main": 2}),
+    ("argmax", [(4096, 4096)], {"axis": -1}, "reduce_group", {"main": 2}),
+    ("softmax", [(4096, 4096)], {}, "norm_group", {"main": 2}),
+    ("softmax", [(4096, 128)], {}, "norm_warp", {"main": 0}),
+    ("log_softmax", [(4096, 4096)], {}, "norm_blocks", {"main": 2}),
+    ("layer_norm", [(4096, 4096), (4096,), (4096,)], {}, "norm_group", {"main": 4}),
+    ("rms_norm", [(4096, 128), (128,)], {}, "norm_warp", {"main": 0}),
+    ("cumsum", [(1 << 24,)], {"axis": 0}, "scan_device",
+     # the tile scan: a barrier after the tile's loads, the block scan's two, the tile's apply
+     {"tile_reduce": 2, "scan_partials": 5, "tile_apply": 4}),
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,shapes,attrs,impl,bars", _SHUFFLED,
+                         ids=[f"{s[0]}-{s[3]}" for s in _SHUFFLED])
+def test_reductions_and_scans_shuffle(sass_or_skip, arch, op, shapes, attrs, impl, bars):
+    """SHFL in the reduce, norm and scan kernels, few barriers, no local memory."""
+    types = [gpucg.tensor(s, "float32") for s in shapes]
+    got = mixes(op, *types, impl=impl, arch=arch, **attrs)
+    assert set(got) == set(bars), got.keys()
+    for kernel, most in bars.items():
+        mix = got[kernel]
+        sass.assert_sass(mix, has=("SHFL",), none=("LDL", "STL"), what=f"{op} {impl}/{kernel} {arch}")
+        assert mix["BAR"] <= most, f"{op} {impl}/{kernel} {arch}: {mix['BAR']} barriers"

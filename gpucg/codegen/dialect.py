@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from ..errors import DTypeError
 from ..half import HALF_DTYPES
-from .warp import CUDA_WARP, OPENCL_WARP
+from .shuffle import SHFL_WORDS
+from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
 _AXES = "xyz"
 
@@ -83,9 +84,51 @@ class Dialect:
         __launch_bounds__: registers capped to fit); empty where the language has none."""
         return self.warp.bounds(threads, blocks)
 
-    def warp_setup(self, nwarps: int, tid: str) -> str:
-        """Kernel-scope declarations the warp operations need (the emulation's scratch)."""
-        return self.warp.setup(nwarps, tid)
+    def warp_setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
+        """Kernel-scope declarations the warp operations need: the emulation's scratch,
+        ``words`` a warp, with gpucg_lane and gpucg_warp (from the linear work-item id
+        ``tid``); where the operations are instructions, only the ids named in ``ids``
+        ("lane", "warp") that they use."""
+        return self.warp.setup(nwarps, tid, words, ids)
+
+    def shfl_setup(self, nwarps: int, tid: str, lanes: int, scan: bool = False) -> str:
+        """warp_setup for a kernel whose warp operations are shuffles alone, block operations
+        over ``lanes`` work-items (a scan names the lane even within a warp)."""
+        ids = ("lane", "warp") if lanes > self.warp.size else ("lane",) if scan else ()
+        return self.warp.setup(nwarps, tid, SHFL_WORDS, ids)
+
+    # shuffles and what is built on them (gpucg/codegen/shuffle.py): statements, called by
+    # every work-item of the work-group; op is sum, max, min or an expression in {a} and {b}
+
+    @property
+    def warp_size(self) -> int:
+        return self.warp.size
+
+    def shfl(self, mode: str, dst: str, value: str, arg: str, ctype: str = "float",
+             width: int = 32) -> str:
+        """dst = value of another lane: mode xor (lane ^ arg), up (lane - arg), down (lane +
+        arg), idx (lane arg), within segments of ``width`` lanes."""
+        return self.warp.shfl(mode, dst, value, arg, ctype, width)
+
+    def warp_reduce(self, var: str, op: str, ctype: str = "float", width: int = 32) -> str:
+        """var = the combination of var over each ``width`` lanes, in every lane."""
+        return self.warp.warp_reduce(var, op, ctype, width)
+
+    def warp_scan(self, var: str, op: str, ctype: str = "float", width: int = 32) -> str:
+        """var = the inclusive scan of var over each ``width`` lanes, lane order."""
+        return self.warp.warp_scan(var, op, ctype, width)
+
+    def block_reduce(self, var: str, op: str, ctype: str, lanes: int, scratch: str = "") -> str:
+        """var = the combination of var over each ``lanes`` consecutive work-items (a power of
+        two); more than a warp exchange through ``scratch`` (one ctype a warp): 2 barriers."""
+        return self.warp.block_reduce(var, op, ctype, lanes, scratch)
+
+    def block_scan(self, var: str, op: str, ctype: str, lanes: int, scratch: str = "",
+                   total: str = "", exclusive: str = "") -> str:
+        """var = the inclusive scan of var over each ``lanes`` consecutive work-items; total
+        (optional) = their combination; exclusive (optional) = the previous work-item's
+        inclusive result (the first's: its own). More than a warp: 2 barriers."""
+        return self.warp.block_scan(var, op, ctype, lanes, scratch, total, exclusive)
 
     def smem(self, name: str, units: int) -> str:
         """A 16-byte aligned shared array of ``units`` 16-bit units (tiles for the warp ops)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import DTypeError
+from .shuffle import CudaShuffles, OpenCLShuffles
 
 #: mma element kinds -> (PTX shape, PTX type): A is 16 x K, B is K x 8, C/D 16 x 8 float32
 MMA_KINDS = {"f16": ("m16n8k16", "f16"), "bf16": ("m16n8k16", "bf16"), "tf32": ("m16n8k8", "tf32")}
@@ -122,8 +123,8 @@ def _cuda_cp_async(n: int) -> str:
 
 
 @dataclass(frozen=True)
-class CudaWarp:
-    """The PTX instructions as inline asm."""
+class CudaWarp(CudaShuffles):
+    """The PTX instructions as inline asm (shuffles: gpucg/codegen/shuffle.py)."""
 
     unroll: str = "#pragma unroll"
 
@@ -136,8 +137,11 @@ class CudaWarp:
         parts += [_cuda_cp_async(n) for n in sizes]
         return "\n".join(parts)
 
-    def setup(self, nwarps: int, tid: str) -> str:
-        return ""
+    def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
+        """Only the ids the kernel's operations name (``lane``, ``warp``): no scratch."""
+        decl = {"lane": f"const int gpucg_lane = (int)({tid}) & 31;",
+                "warp": f"const int gpucg_warp = (int)({tid}) >> 5;"}
+        return "\n".join(decl[i] for i in ids)
 
     def bounds(self, threads: int, blocks: int) -> str:
         return f" __launch_bounds__({int(threads)}, {int(blocks)})"
@@ -293,7 +297,7 @@ def _opencl_ldmatrix(num: int, trans: bool) -> str:
 
 
 @dataclass(frozen=True)
-class OpenCLWarp:
+class OpenCLWarp(OpenCLShuffles):
     """The emulation: warps of 32 consecutive work-items, registers exchanged through local
     scratch (``gpucg_ws``: this warp's :data:`SCRATCH_WORDS` words; ``gpucg_lane``)."""
 
@@ -308,10 +312,13 @@ class OpenCLWarp:
     def bounds(self, threads: int, blocks: int) -> str:
         return ""
 
-    def setup(self, nwarps: int, tid: str) -> str:
-        return (f"__local uint gpucg_scratch[{int(nwarps) * SCRATCH_WORDS}];\n"
-                f"__local uint* gpucg_ws = gpucg_scratch + ({tid} >> 5) * {SCRATCH_WORDS};\n"
-                f"const int gpucg_lane = {tid} & 31;")
+    def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
+        """Lane, warp and the scratch (every emulated operation names them): ``words`` 32-bit words a warp: :data:`SCRATCH_WORDS` for mma and ldmatrix,
+        :data:`~gpucg.codegen.shuffle.SHFL_WORDS` for shuffles alone."""
+        words = int(words)
+        return (f"__local uint gpucg_scratch[{int(nwarps) * words}] __attribute__((aligned(8)));\n"
+                f"const int gpucg_lane = (int)({tid}) & 31, gpucg_warp = (int)({tid}) >> 5;\n"
+                f"__local uint* gpucg_ws = gpucg_scratch + gpucg_warp * {words};")
 
     def smem(self, name: str, units: int) -> str:
         return f"__local ushort {name}[{units}] __attribute__((aligned(16)));"

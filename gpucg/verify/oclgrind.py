@@ -135,6 +135,21 @@ class KernelTraffic:
 
 
 _COUNT = re.compile(r"^\s*[\d,]+ - (load|store) global \(([\d,]+) bytes\)")
+#: Oclgrind runs vloadN, vstoreN and the vload_half/vstore_half family as builtin calls, which
+#: --inst-counts lists as calls ("4 - call _Z11vload_half2mPU3AS1KDh()"), not as loads: their
+#: bytes are the element count (vloada_half3 moves 4) times the element size, counted where
+#: the pointer is global (PU3AS1). The float16 kernels load and store through these alone.
+_VCALL = re.compile(r"^\s*([\d,]+) - call _Z\d+v(load|store)(a?)(_half)?(\d*)(?:_rt[enpz])?"
+                    r"\S*?PU3AS1K?(Dh|[cahstijlmfd])\(?")
+_ELEM_BYTES = {"Dh": 2, "c": 1, "a": 1, "h": 1, "s": 2, "t": 2, "i": 4, "j": 4, "l": 8, "m": 8,
+               "f": 4, "d": 8}
+
+
+def _vcall_bytes(m) -> int:
+    calls, n = int(m.group(1).replace(",", "")), int(m.group(5) or 1)
+    if m.group(3) and n == 3:  # vloada_half3 / vstorea_half3 move four halves
+        n = 4
+    return calls * n * (2 if m.group(4) else _ELEM_BYTES[m.group(6)])
 
 
 def parse_counts(text: str) -> list[KernelTraffic]:
@@ -146,9 +161,11 @@ def parse_counts(text: str) -> list[KernelTraffic]:
             out.append(KernelTraffic(m.group(1)))
             continue
         m = _COUNT.match(line)
-        if m and out:
-            nbytes = int(m.group(2).replace(",", ""))
-            if m.group(1) == "load":
+        v = None if m else _VCALL.match(line)
+        if (m or v) and out:
+            kind, nbytes = ((m.group(1), int(m.group(2).replace(",", ""))) if m
+                            else (v.group(2), _vcall_bytes(v)))
+            if kind == "load":
                 out[-1].loaded += nbytes
             else:
                 out[-1].stored += nbytes
