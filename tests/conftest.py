@@ -38,18 +38,21 @@ codegen.render = _recording_render
 
 _ARCHS = ("sm_80", "sm_90")
 _COMPILED: set = set()  # (source, arch) that NVRTC already compiled in this process
-_orig_compile = nvrtc._compile
 
 
-def _recording_compile(source, arch_option, options, name, arch, binary):
-    out = _orig_compile(source, arch_option, options, name, arch, binary)
-    # a CUBIN for sm_XY goes through the same front end as PTX for compute_XY, then ptxas
-    if tuple(o for o in options if o != "-Xptxas=-v") == nvrtc.DEFAULT_OPTIONS:
-        _COMPILED.add((source, arch))
-    return out
+def _recording(compile_fn):
+    """``compile_fn`` (nvrtc.compile_to_ptx or compile_to_cubin), noting what it compiled."""
+    def wrapper(source, arch="sm_90", options=nvrtc.DEFAULT_OPTIONS, *args, **kwargs):
+        out = compile_fn(source, arch, options, *args, **kwargs)
+        # a CUBIN for sm_XY goes through the same front end as PTX for compute_XY, then ptxas
+        if tuple(options) == nvrtc.DEFAULT_OPTIONS:
+            _COMPILED.add((source, arch))
+        return out
+    return wrapper
 
 
-nvrtc._compile = _recording_compile
+nvrtc.compile_to_ptx = _recording(nvrtc.compile_to_ptx)
+nvrtc.compile_to_cubin = _recording(nvrtc.compile_to_cubin)
 
 
 def _require(name: str) -> bool:
