@@ -42,10 +42,14 @@ torch-cpu: $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
 	    || echo "note: torch==2.13.0+cpu is not installable here; the torch interop tests skip"
 
+# The suite in TEST_WORKERS pytest-xdist processes (2: a 2-core CI runner; `make test
+# TEST_WORKERS=auto` uses every core); each compiles its share of the end-of-session NVRTC pass.
+TEST_WORKERS ?= 2
 test: $(PY) opencl-runtime oclgrind
 	$(PY) -m pip install -q -e ".[test]"
 	@$(MAKE) --no-print-directory torch-cpu
-	GPUCG_REQUIRE=opencl,nvrtc,oclgrind GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache $(PY) -m pytest -q
+	GPUCG_REQUIRE=opencl,nvrtc,oclgrind GPUCG_CACHE_DIR=$(CURDIR)/.gpucg_cache \
+		$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # Rewrite tests/resources/FAMILY.json, the figures tests/test_resources.py and
 # tests/test_oclgrind.py compare against (ptxas resources of every default config, Oclgrind
