@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpucg
-from gpucg import eager, knobs
+from gpucg import eager, settings
 from gpucg.autotune import RecordList, RecordLog, RecordsError, make_record, open_log
 from gpucg.records.apply import pick_best
 from gpucg.autotune.search import SEARCHES, Candidates, make_search
@@ -243,7 +243,7 @@ def test_default_records_reach_compile_and_eager_calls(tmp_path):
     log.append(make_record("tune_probe", (T8,), "probe_host", {"mode": "fast", "delay": 2},
                            1e-6, "numpy"))
     x = np.ones(8, np.float32)
-    with knobs.scope(GPUCG_RECORDS=str(path)):
+    with settings.scope(GPUCG_RECORDS=str(path)):
         eager.clear()
         tune_probe.RAN.clear()
         np.testing.assert_array_equal(eager.call("tune_probe", [x], target="numpy"), x * 2)
@@ -252,7 +252,7 @@ def test_default_records_reach_compile_and_eager_calls(tmp_path):
         tune_probe.RAN.clear()
         eager.call("tune_probe", [np.ones(9, np.float32)], target="numpy")
         assert tune_probe.RAN == [("ok", 5)]  # another size: no record applies
-    with knobs.scope(GPUCG_RECORDS="off"):
+    with settings.scope(GPUCG_RECORDS="off"):
         assert gpucg.explain("tune_probe", T8, target="numpy").choices[0].config["mode"] == "ok"
     eager.clear()
 
