@@ -47,11 +47,12 @@ class Launcher:
 
 
 class RunContext:
-    """What an implementation's ``run`` sees: attrs, config, parameters, arrays, index width.
+    """What an implementation's ``run`` sees: attrs, config, fixed parameters, arrays, index
+    width.
 
     Attributes:
-        attrs: the operator's attributes; config: the chosen config; params: the template
-            parameters of this call; info: the strategy's host-side facts (ctx.info).
+        attrs: the operator's attributes; config: the chosen config (knob -> value); fixed: the
+            fixed template parameters of this call; info: the strategy's host-side facts.
         inputs: the input arrays on the backend; outputs: output arrays to fill (allocated on
             first use: host implementations may return their results instead).
         wide: 64-bit indexing; idx: the NumPy type of size arguments.
@@ -64,7 +65,7 @@ class RunContext:
         self.attrs = compiled.attrs
         self.config = choice.config
         self.impl = choice.impl
-        self.params = choice.impl.params
+        self.fixed = choice.impl.fixed
         self.info = choice.impl.info
         self.backend = compiled.backend
         self.inputs = inputs

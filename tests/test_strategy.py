@@ -158,3 +158,20 @@ def test_plan_and_run_are_the_call_in_two_steps():
     np.testing.assert_array_equal(g(x), f(x))
     with pytest.raises(gpucg.InputError, match="must be a ScanAttrs"):
         gpucg.CompiledOp.with_attrs("cumsum", [gpucg.tensor((n, 5), "float32")], {"axis": 1})
+
+
+def test_params_is_the_deprecated_name_of_fixed():
+    """``params=`` (the documented name before ``fixed=``) still works, with a warning."""
+    decl = gpucg.kernel_impl("probe_fixed", lambda ctx, main: None,
+                             main=gpucg.Kernel("schedules/injective.j2"))
+    with pytest.warns(DeprecationWarning, match="use fixed="):
+        kernel = gpucg.Kernel("schedules/injective.j2", params={"wg": 64})
+    assert dict(kernel.fixed) == {"wg": 64}
+    s = Strategy(gpucg.target.resolve("opencl"))
+    with pytest.warns(DeprecationWarning, match="use fixed="):
+        impl = s.add(decl, 10, params={"in_dtype": "float32"})
+    assert dict(impl.fixed) == {"in_dtype": "float32"}
+    with pytest.warns(DeprecationWarning, match="Implementation.fixed"):
+        assert dict(impl.params) == {"in_dtype": "float32"}
+    with pytest.raises(gpucg.StrategyError, match="fixed= only"):
+        s.add(decl, 10, fixed={"a": 1}, params={"b": 2})

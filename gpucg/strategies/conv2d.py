@@ -147,7 +147,7 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
     """The input transform, the alpha^2 products with U, the output transform."""
     k = ConvCall(ctx)
     geo = ctx.info.geo
-    m, wg = ctx.params["m"], ctx.params["wg"]
+    m, wg = ctx.fixed["m"], ctx.fixed["wg"]
     alpha = m + 2
     th, tw = ceil_div(k.oh, m), ceil_div(k.ow, m)
     p = k.n * th * tw
@@ -168,7 +168,7 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
 def _winograd_transforming_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
     if ctx.outputs[0].size == 0:
         return
-    geo, m, wg = ctx.info.geo, ctx.params["m"], ctx.params["wg"]
+    geo, m, wg = ctx.info.geo, ctx.fixed["m"], ctx.fixed["wg"]
     u = ctx.empty(((m + 2) ** 2 * geo.o * geo.c,), np.float32)
     weight(ctx.inputs[1], u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
     _winograd(ctx, u, input, gemm, output)
@@ -245,21 +245,21 @@ def gpu_strategy(attrs, inputs, outputs, target):
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)
         space = gemm_space(geo.o, on_cpu, loads=False)
         s.add(WINOGRAD[4, True], 15, condition=big_out, space=space, info=info,
-              params=winograd_params(common, 4, on_cpu))
+              fixed=winograd_params(common, 4, on_cpu))
         s.add(WINOGRAD[2, True], 14, space=space, info=info,
-              params=winograd_params(common, 2, on_cpu))
+              fixed=winograd_params(common, 2, on_cpu))
     else:
         s.exclude(WINOGRAD[4, True], 15, WINOGRAD_NEEDS)
         s.exclude(WINOGRAD[2, True], 14, WINOGRAD_NEEDS)
     if attrs.groups == geo.c and geo.c > 1:
-        s.add(DEPTHWISE, 13, info=info, params=common,
+        s.add(DEPTHWISE, 13, info=info, fixed=common,
               space=ConfigSpace({"wg": (32, 64, 128, 256), "VW": (1, 2, 4, 8)},
                                 {"wg": 64 if on_cpu else 256,
                                  "VW": 4 if attrs.data_layout == "NCHW" else 1}))
     else:
         s.exclude(DEPTHWISE, 13, "needs groups == input channels > 1")
     s.add(DIRECT, 10, info=info, space=gemm_space(geo.og, on_cpu, loads=False),
-          params=dict(common, a_k_major=common["nchw"] and common["oihw"],
+          fixed=dict(common, a_k_major=common["nchw"] and common["oihw"],
                       b_k_major=not common["nchw"]))
     return s
 

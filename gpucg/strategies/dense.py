@@ -107,12 +107,12 @@ def _splitk_run(ctx, partial, reduce) -> None:
     kc = ceil_div(ceil_div(k, slices), c["BK"]) * c["BK"]  # whole tiles, so loads stay aligned
     slices = ceil_div(k, kc) if k else 1
     total = nb * m * n
-    part = ctx.empty((slices * total,), np.float64 if ctx.params["acc_t"] == "double"
+    part = ctx.empty((slices * total,), np.float64 if ctx.fixed["acc_t"] == "double"
                      else np.float32)
     a, b, *extra = ctx.inputs
     partial(a, b, part, s(m), s(n), s(k), s(nb), np.int32(kc), *args, grid=slices * tiles,
             block=work_group(c))
-    wg = ctx.params["wg"]
+    wg = ctx.fixed["wg"]
     reduce(part, *extra, ctx.outputs[0], s(total), s(n), np.int32(slices),
            grid=ceil_div(total, wg), block=wg)
 
@@ -213,7 +213,7 @@ def gpu_strategy(op: str):
         s = Strategy(target)
         gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
                        target, GEMV_MAX_M)
-        s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
+        s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, fixed=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes,
                                vector and p.a_k_major and p.b_k_major, target.on_cpu))
         default = _default_tile(target.on_cpu, vector, acc_bytes)
@@ -221,9 +221,9 @@ def gpu_strategy(op: str):
             default = fill_device(default, int(nb) * int(m), int(n), sm_count(target))
         tile = gemm_space(int(m) if m.is_Integer else None, target.on_cpu, vector, acc_bytes,
                           default=default)
-        s.add(GEMM_SPLITK, 14, info=info, params=common, space=tile,
+        s.add(GEMM_SPLITK, 14, info=info, fixed=common, space=tile,
               condition=sympy.And(nb * m * n <= SPLITK_MAX_MN, k >= SPLITK_MIN_K))
-        s.add(GEMM_TILED, 10, info=info, params=common, space=tile)
+        s.add(GEMM_TILED, 10, info=info, fixed=common, space=tile)
         return s
     return strategy
 

@@ -174,7 +174,7 @@ def gpu_strategy(op: str):
         s = Strategy(target)
 
         def add(decl, plevel, space, condition=None):
-            s.add(decl, plevel, condition=condition, space=spaces[space], params=params,
+            s.add(decl, plevel, condition=condition, space=spaces[space], fixed=params,
                   info=info)
 
         # a CPU core maps a row alone, from memory it keeps in cache; GPUs share rows

@@ -224,7 +224,7 @@ def gpu_strategy_for(op: str, axes_of):
         s = Strategy(target)
 
         def add(decl, plevel, space, condition=None):
-            s.add(decl, plevel, condition=condition, space=spaces[space], params=params, info=info)
+            s.add(decl, plevel, condition=condition, space=spaces[space], fixed=params, info=info)
 
         if len(views) == 1:
             outer, n, inner = views[0]
