@@ -38,7 +38,7 @@ _builtin.load()
 
 def stats(reset: bool = False) -> dict:
     """Counters since start (or the last reset): compiles, memory_hits, disk_hits, launches,
-    renders, dispatches."""
+    renders, runs (operator calls run)."""
     return _counters.snapshot(reset)
 
 

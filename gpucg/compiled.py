@@ -184,7 +184,7 @@ class CompiledOp:
         code = builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec")
         # the dispatcher checks a call's arrays and decides; it returns the Plan that run takes
         ns = {"_bad_dim": _bad_dim, "_bad_input": _bad_input, "_inputs": self._check_inputs,
-              "_run": _plan}
+              "_plan": _plan}
         exec(code, ns)
         self._plan = ns["dispatch"]
         self._programs: dict = {}
@@ -330,7 +330,7 @@ class CompiledOp:
         else:
             result = impl.run(ctx)
             outputs = ctx.outputs if result is None else self._host_outputs(impl, result, out_shapes)
-        stats.bump("dispatches")
+        stats.bump("runs")
         backend = self.backend
         outputs = tuple((backend.to_host if host else backend.export)(o) for o in outputs)
         return outputs[0] if len(outputs) == 1 else outputs

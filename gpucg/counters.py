@@ -1,4 +1,4 @@
-"""Process-wide counters: compiles, cache hits, launches, renders, dispatches."""
+"""Process-wide counters: compiles, cache hits, launches, renders, runs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 _lock = threading.Lock()
 _counts: Counter = Counter()
 
-KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "dispatches")
+KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "runs")
 
 
 def bump(key: str, n: int = 1) -> None:

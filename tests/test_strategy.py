@@ -84,7 +84,7 @@ def test_symbolic_dispatch_runs_the_generated_source():
     f = gpucg.compile("probe_double", gpucg.tensor((n,), "float32"), target="numpy")
     assert f.selection.dynamic
     src = f.dispatcher_source
-    assert "if n <= 16:" in src and "return _run(2," in src
+    assert "if n <= 16:" in src and "return _plan(2," in src
     # the function that runs is compiled from exactly this source
     code = compile(src, "<gpucg dispatcher probe_double>", "exec")
     fn_code = [c for c in code.co_consts if hasattr(c, "co_code")][0]

@@ -49,7 +49,7 @@ def _modules(workload: Workload) -> tuple:
     """Modules a worker imports to know the operator and its strategy."""
     mods = [workload.op.module]
     try:
-        mods.append(workload.op.strategy.dispatch(workload.target).__module__)
+        mods.append(workload.op.strategy.lookup(workload.target).__module__)
     except Exception:  # noqa: BLE001 - a missing strategy fails in the worker, clearly
         pass
     return tuple(dict.fromkeys(m for m in mods if m and m != "__main__"))
