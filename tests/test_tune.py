@@ -1,4 +1,4 @@
-"""The tuner: search strategies (replayed, deterministic), measuring workers and their typed
+"""The tuner: search methods (replayed, deterministic), measuring workers and their typed
 errors, resuming after kill -9, records (keys, stale ones, pruning), applying records in
 compile/explain/eager calls and as per-bucket dispatcher branches, Ray, the CLI."""
 
@@ -33,7 +33,7 @@ CONV_1X1 = (gpucg.tensor((1, 64, 28, 28), "float32"), gpucg.tensor((64, 64, 1, 1
 T8 = gpucg.tensor((8,), "float32")
 
 
-# -- search strategies, with fake costs (no device) ---------------------------------------
+# -- search methods, with fake costs (no device) ---------------------------------------
 
 def _space():
     from gpucg.autotune import ConfigSpace
@@ -298,7 +298,7 @@ def test_records_files_that_cannot_be_used_are_clear_errors(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--search", "bogus"], "search='bogus' is not a search strategy"),
+    (["--search", "bogus"], "search='bogus' is not a search method"),
     (["--budget", "ten minutes"], "--budget 'ten minutes' must be a time"),
     (["--size", "n=a"], "--size 'n=a' must look like NAME=INT"),
     (["--ray", "127.0.0.1:1"], "cannot be reached"),

@@ -1,7 +1,7 @@
 """``gpucg.tune``: search each implementation's config space on the device here, and record.
 
 For each size bucket: the implementations that apply are enumerated with their config spaces;
-the default (what selection runs without records) is measured first, then the search strategy
+the default (what selection runs without records) is measured first, then the search method
 proposes candidates until the trial budget or the time budget is spent. Each result is
 appended to the records file as soon as it arrives; a candidate already in the file (same
 workload, bucket, device, driver and template hash) is read back instead of measured, so
@@ -153,7 +153,7 @@ def tune(op: str, *inputs, target=None, trials: int = 64, search: str = "random"
     if data is not None and sizes:
         raise InputError("sizes= needs symbolic input types, not arrays")
     workload = Workload(op, types, target, sizes, **attrs)
-    check_search(search)  # an unknown strategy fails before any work
+    check_search(search)  # an unknown search method fails before any work
     log = _records_log(records, replay)
     start = time.monotonic()
     ident = device_identity(workload.target.backend) if replay is None else None
