@@ -186,6 +186,14 @@ class Implementation:
         object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
         object.__setattr__(self, "kernels", MappingProxyType(dict(self.kernels)))
         ImplDecl(self.name.split(".")[0], self.run, self.kernels)  # the same checks
+        clash = sorted(set(self.fixed) & set(self.space.knobs))
+        if clash:
+            name = clash[0]
+            raise StrategyError(
+                f"{self.name}: {name!r} is both a tuning knob (candidates "
+                f"{self.space.knobs[name]}, default {self.space.default[name]!r}) and a fixed "
+                f"parameter ({name}={self.fixed[name]!r}); a name has one role: drop it from "
+                "fixed= or from the space")
 
     @property
     def params(self) -> Mapping:

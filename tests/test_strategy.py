@@ -175,3 +175,17 @@ def test_params_is_the_deprecated_name_of_fixed():
         assert dict(impl.params) == {"in_dtype": "float32"}
     with pytest.raises(gpucg.StrategyError, match="fixed= only"):
         s.add(decl, 10, fixed={"a": 1}, params={"b": 2})
+
+
+def test_a_knob_and_a_fixed_parameter_may_not_share_a_name():
+    """A tuning knob no longer silently overrides a fixed parameter of the same name: offering
+    both is an error naming the implementation, the name and both values."""
+    decl = gpucg.kernel_impl("probe_clash", lambda ctx, main: None,
+                             main=gpucg.Kernel("schedules/injective.j2"))
+    s = Strategy(gpucg.target.resolve("opencl"))
+    with pytest.raises(gpucg.StrategyError,
+                       match=r"probe_clash.opencl: 'wg' is both a tuning knob \(candidates "
+                             r"\(64, 256\), default 256\) and a fixed parameter \(wg=128\)"):
+        s.add(decl, 10, space=ConfigSpace({"wg": (64, 256)}, {"wg": 256}), fixed={"wg": 128})
+    impl = s.add(decl, 10, space=ConfigSpace({"wg": (64, 256)}, {"wg": 256}), fixed={"n": 3})
+    assert impl.template_params("main", impl.space.default) == {"n": 3, "wg": 256}

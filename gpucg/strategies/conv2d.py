@@ -147,7 +147,7 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
     """The input transform, the alpha^2 products with U, the output transform."""
     k = ConvCall(ctx)
     geo = ctx.info.geo
-    m, wg = ctx.fixed["m"], ctx.fixed["wg"]
+    m, wg = ctx.fixed["m"], ctx.fixed["transform_wg"]
     alpha = m + 2
     th, tw = ceil_div(k.oh, m), ceil_div(k.ow, m)
     p = k.n * th * tw
@@ -168,7 +168,7 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
 def _winograd_transforming_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
     if ctx.outputs[0].size == 0:
         return
-    geo, m, wg = ctx.info.geo, ctx.fixed["m"], ctx.fixed["wg"]
+    geo, m, wg = ctx.info.geo, ctx.fixed["m"], ctx.fixed["transform_wg"]
     u = ctx.empty(((m + 2) ** 2 * geo.o * geo.c,), np.float32)
     weight(ctx.inputs[1], u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
     _winograd(ctx, u, input, gemm, output)
@@ -223,7 +223,7 @@ def winograd_params(common: dict, m: int, on_cpu: bool) -> dict:
     """The Winograd kernels' parameters: the tile, the unrolled transforms, the work-group of
     the transform kernels."""
     at, g, bt = winograd_matrices(m)
-    return dict(common, m=m, alpha=m + 2, wg=64 if on_cpu else 256,
+    return dict(common, m=m, alpha=m + 2, transform_wg=64 if on_cpu else 256,
                 code_weight=transform_code(g, "g", "u"), code_input=transform_code(bt, "d", "v"),
                 code_output=transform_code(at, "m", "y"))
 
@@ -252,7 +252,8 @@ def gpu_strategy(attrs, inputs, outputs, target):
         s.exclude(WINOGRAD[4, True], 15, WINOGRAD_NEEDS)
         s.exclude(WINOGRAD[2, True], 14, WINOGRAD_NEEDS)
     if attrs.groups == geo.c and geo.c > 1:
-        s.add(DEPTHWISE, 13, info=info, fixed=common,
+        # the depthwise kernel's vector width is its knob, not the tile's fixed PLAIN one
+        s.add(DEPTHWISE, 13, info=info, fixed={k: v for k, v in common.items() if k != "VW"},
               space=ConfigSpace({"wg": (32, 64, 128, 256), "VW": (1, 2, 4, 8)},
                                 {"wg": 64 if on_cpu else 256,
                                  "VW": 4 if attrs.data_layout == "NCHW" else 1}))

@@ -36,6 +36,8 @@ from . import gemm_mma
 GEMV_MAX_M = 16
 SPLITK_MAX_MN = 2 ** 18
 SPLITK_MIN_K = 2048
+#: the work-group size of the split-K reduce kernel (a kernel-level fixed parameter)
+SPLITK_REDUCE_WG = 256
 #: work-groups split-K aims for: a few per multiprocessor, or per core on a CPU device
 SPLITK_GROUPS = {"gpu": 512, "cpu": 16}
 
@@ -112,7 +114,7 @@ def _splitk_run(ctx, partial, reduce) -> None:
     a, b, *extra = ctx.inputs
     partial(a, b, part, s(m), s(n), s(k), s(nb), np.int32(kc), *args, grid=slices * tiles,
             block=work_group(c))
-    wg = ctx.fixed["wg"]
+    wg = SPLITK_REDUCE_WG
     reduce(part, *extra, ctx.outputs[0], s(total), s(n), np.int32(slices),
            grid=ceil_div(total, wg), block=wg)
 
@@ -141,7 +143,8 @@ GEMM_SPLITK = kernel_impl(
     "gemm_splitk", _splitk_run,
     partial=Kernel("dense/gemm.j2", {"splitk": True, "has_bias": False, "has_residual": False},
                    doc="one slice of K of one output tile"),
-    reduce=Kernel("dense/splitk_reduce.j2", doc="the slices added, the epilogue, the store"))
+    reduce=Kernel("dense/splitk_reduce.j2", {"wg": SPLITK_REDUCE_WG},
+                  doc="the slices added, the epilogue, the store"))
 
 
 def _host_run(ctx):
@@ -179,7 +182,7 @@ def params(op, attrs, inputs, outputs, d) -> dict:
     return dict(half=half_format(dtype), out_half=half_format(out), f64=dtype == "float64",
                 out_f64=out == "float64", acc_t="double" if wide else "float",
                 acc_dtype=acc, a_k_major=p.a_k_major,
-                b_k_major=p.b_k_major, R=len(merge_batch(p)), wg=256, **ep)
+                b_k_major=p.b_k_major, R=len(merge_batch(p)), **ep)
 
 
 def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
