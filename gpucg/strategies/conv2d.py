@@ -109,7 +109,9 @@ class ConvCall:
     def __init__(self, ctx):
         geo, attrs = ctx.info.geo, ctx.info.attrs
         self.data, self.weight = ctx.inputs[:2]
-        self.bias = ctx.inputs[2:]  # the bias and the residual the call has, in kernel order
+        extra = ctx.inputs[2:]  # the bias is the third input, the residual the fourth
+        self.bias = extra[0] if len(extra) > 0 else None
+        self.residual = extra[1] if len(extra) > 1 else None
         self.y = ctx.outputs[0]
         n, c, h, w = (int(v) for v in data_dims(self.data.shape, attrs.data_layout))
         _, _, oh, ow = (int(v) for v in data_dims(self.y.shape, attrs.data_layout))
@@ -123,6 +125,11 @@ class ConvCall:
     def empty(self) -> bool:
         return self.y.size == 0
 
+    @property
+    def epilogue_args(self) -> tuple:
+        """The bias and the residual the call has, in the kernels' argument order."""
+        return tuple(a for a in (self.bias, self.residual) if a is not None)
+
 
 def _direct_run(ctx, gemm) -> None:
     k = ConvCall(ctx)
@@ -131,7 +138,7 @@ def _direct_run(ctx, gemm) -> None:
     geo = ctx.info.geo
     grid = geo.groups * ceil_div(geo.og, ctx.config["BM"]) * ceil_div(k.n * k.oh * k.ow,
                                                                        ctx.config["BN"])
-    gemm(k.data, k.weight, *k.bias, k.y, *k.sizes, grid=grid, block=work_group(ctx.config))
+    gemm(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=grid, block=work_group(ctx.config))
 
 
 def _depthwise_run(ctx, depthwise) -> None:
@@ -140,7 +147,7 @@ def _depthwise_run(ctx, depthwise) -> None:
         return
     wg, vw = ctx.config["wg"], ctx.config["VW"]
     total = k.n * ctx.info.geo.o * k.oh * ceil_div(k.ow, vw)
-    depthwise(k.data, k.weight, *k.bias, k.y, *k.sizes, grid=ceil_div(total, wg), block=wg)
+    depthwise(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=ceil_div(total, wg), block=wg)
 
 
 def _winograd(ctx, u, input_, gemm, output) -> None:
@@ -161,7 +168,7 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
     bm, bn = ctx.config["BM"], ctx.config["BN"]
     gemm(u, v, mo, s(p), grid=alpha * alpha * ceil_div(geo.o, bm) * ceil_div(p, bn),
          block=work_group(ctx.config))
-    output(mo, *k.bias, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
+    output(mo, *k.epilogue_args, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
            grid=ceil_div(p * geo.o, wg), block=wg)
 
 
