@@ -41,8 +41,8 @@ _builtin.load()
 
 def stats(reset: bool = False) -> dict:
     """Counters since start (or the last reset): compiles, memory_hits, disk_hits, launches,
-    renders, dispatches, uploads/downloads (host-device copies), borrowed/mapped (host memory
-    used in place of a copy), fast_calls (eager calls served by the fast path)."""
+    renders, runs (operator calls run), uploads/downloads (host-device copies), borrowed/mapped
+    (host memory used in place of a copy), fast_calls (eager calls served by the fast path)."""
     return _counters.snapshot(reset)
 
 

@@ -46,11 +46,12 @@ class Launcher:
 
 
 class RunContext:
-    """What an implementation's ``run`` sees: attrs, config, parameters, arrays, index width.
+    """What an implementation's ``run`` sees: attrs, config, fixed parameters, arrays, index
+    width.
 
     Attributes:
-        attrs: the operator's attributes; config: the chosen config; params: the template
-            parameters of this call; info: the strategy's host-side facts (ctx.info).
+        attrs: the operator's attributes; config: the chosen config (knob -> value); fixed: the
+            fixed template parameters of this call; info: the strategy's host-side facts.
         inputs: the input arrays on the backend; outputs: output arrays to fill (allocated on
             first use: host implementations may return their results instead).
         wide: 64-bit indexing; idx: the NumPy type of size arguments.
@@ -63,7 +64,7 @@ class RunContext:
         self.attrs = compiled.attrs
         self.config = choice.config
         self.impl = choice.impl
-        self.params = choice.impl.params
+        self.fixed = choice.impl.fixed
         self.info = choice.impl.info
         self.backend = compiled.backend
         self.inputs = inputs
@@ -182,7 +183,7 @@ class CompiledOp:
         code = builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec")
         # the dispatcher checks a call's arrays and decides; it returns the Plan that run takes
         ns = {"_bad_dim": _bad_dim, "_bad_input": _bad_input, "_inputs": self._check_inputs,
-              "_run": _plan, "_align": lambda x: self.backend.alignment(x)}
+              "_plan": _plan, "_align": lambda x: self.backend.alignment(x)}
         exec(code, ns)
         self._plan = ns["dispatch"]
         self._programs: dict = {}
@@ -243,10 +244,9 @@ class CompiledOp:
             return {}
         widths = {"auto": (False, True), "int32": (False,), "int64": (True,)}[self.index_mode]
         out, named = {}, [c.impl.name for c in self.selection.choices]
-        for i, choice in enumerate(self.selection.choices):  # an impl chosen twice: + config
-            name = choice.impl.name + ("" if named.index(choice.impl.name) == i
-                                       else f"[{choice.config.short()}]")
-            for key in choice.impl.kernels:
+        for i, c in enumerate(self.selection.choices):  # an impl chosen twice: + its config
+            name = c.impl.name + ("" if named.index(c.impl.name) == i else f"[{c.config.short()}]")
+            for key in c.impl.kernels:
                 for wide in widths:
                     out[f"{name}/{key}" + ("@i64" if wide else "")] = self.source(i, key, wide)
         return out
@@ -333,7 +333,7 @@ class CompiledOp:
         else:
             result = impl.run(ctx)
             outputs = ctx.outputs if result is None else self._host_outputs(impl, result, out_shapes)
-        stats.bump("dispatches")
+        stats.bump("runs")
         backend = self.backend
         outputs = tuple((backend.to_host if host else backend.export)(o) for o in outputs)
         return outputs[0] if len(outputs) == 1 else outputs

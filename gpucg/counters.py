@@ -1,4 +1,4 @@
-"""Process-wide counters: compiles, cache hits, launches, renders, dispatches; host-device
+"""Process-wide counters: compiles, cache hits, launches, renders, runs; host-device
 traffic (uploads and downloads are copies, borrowed and mapped are host memory used in place);
 eager calls served by the fast path (fast_calls)."""
 
@@ -10,7 +10,7 @@ from collections import Counter
 _lock = threading.Lock()
 _counts: Counter = Counter()
 
-KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "dispatches")
+KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "runs")
 KEYS += ("uploads", "downloads", "borrowed", "mapped", "fast_calls")
 
 

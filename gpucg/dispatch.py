@@ -136,9 +136,9 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -
         if choice.condition is not None:
             lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()})")
             lines.append(f"    if {_bare(choice.condition.to_python())}:")
-            lines.append(f"        return _run({i}, {args}, _outs, _wide, _host)")
+            lines.append(f"        return _plan({i}, {args}, _outs, _wide, _host)")
         else:
             tag = "every other size" if choice.note else "the fallback" if i else "always"
             lines.append(f"    # {impl.name} (plevel {impl.plevel}, config {choice.config.short()}), {tag}")
-            lines.append(f"    return _run({i}, {args}, _outs, _wide, _host)")
+            lines.append(f"    return _plan({i}, {args}, _outs, _wide, _host)")
     return "\n".join(lines) + "\n"

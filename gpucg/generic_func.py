@@ -44,7 +44,7 @@ class GenericFunc:
 
         return _do(func) if func is not None else _do
 
-    def dispatch(self, target) -> Callable:
+    def lookup(self, target) -> Callable:
         """The implementation that ``target`` (a Target) resolves to."""
         for key in target.keys:
             if key in self._table:
@@ -61,4 +61,4 @@ class GenericFunc:
         return sorted(self._table)
 
     def __call__(self, *args, target, **kwargs):
-        return self.dispatch(target)(*args, target=target, **kwargs)
+        return self.lookup(target)(*args, target=target, **kwargs)

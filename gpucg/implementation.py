@@ -1,5 +1,5 @@
 """What an implementation is: a declaration (kernels and the function that launches them, or
-host code), and its offer for one call (plevel, condition, config space, parameters).
+host code), and its offer for one call (plevel, condition, config space, fixed parameters).
 
 An implementation is declared once, at import, by :func:`kernel_impl` or :func:`host_impl`.
 The declaration is checked then: the launch function takes one parameter per kernel, named by
@@ -10,6 +10,7 @@ not when a user calls the operator.
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping
@@ -20,18 +21,19 @@ from .space import Config, ConfigSpace
 from .condition import SpecializedCondition
 from .errors import StrategyError
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Kernel:
     """One kernel of an implementation.
 
-    Its template parameters are the implementation's parameters, then the config's knobs,
-    then ``params``, then ``derive(those so far)``: later ones win.
+    Its template parameters are the implementation's fixed parameters, then the config's
+    knobs, then ``fixed``, then ``derive(those so far)``: later ones win (a kernel may run
+    with its own work-group size, say, where the implementation's knob sets the others').
 
     Attributes:
         template: the template path under gpucg/templates ("scan/scan_rows.j2").
-        params: fixed template parameters of this kernel.
-        derive: ``params -> dict`` of template parameters computed from the others (a scan of
-            partial sums reads the output dtype as its input dtype, say).
+        fixed: fixed template parameters of this kernel.
+        derive: ``template parameters -> dict`` of template parameters computed from the
+            others (a scan of partial sums reads the output dtype as its input dtype, say).
         doc: what the kernel does, for the header of the dumped source (one line).
         spills: why ptxas may spill this kernel's registers to local memory, or a function
             of its template parameters giving that reason ("" where it must not spill). The
@@ -40,20 +42,43 @@ class Kernel:
     """
 
     template: str
-    params: Mapping = field(default_factory=dict)
+    fixed: Mapping = field(default_factory=dict)
     derive: Callable | None = None
     doc: str = ""
     spills: str | Callable = ""
     low_occupancy: str | Callable = ""
 
-    def __post_init__(self):
-        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+    def __init__(self, template: str, fixed: Mapping | None = None, derive: Callable | None = None,
+                 doc: str = "", spills: str | Callable = "", low_occupancy: str | Callable = "",
+                 *, params: Mapping | None = None):
+        if params is not None:
+            fixed = _deprecated_params("Kernel", fixed, params)
+        for name, value in (("template", template), ("fixed", MappingProxyType(dict(fixed or {}))),
+                            ("derive", derive), ("doc", doc), ("spills", spills),
+                            ("low_occupancy", low_occupancy)):
+            object.__setattr__(self, name, value)
 
-    def expected(self, params: Mapping) -> tuple[str, str]:
+    @property
+    def params(self) -> Mapping:
+        """Deprecated name of :attr:`fixed`."""
+        warnings.warn("Kernel.params is deprecated; use Kernel.fixed", DeprecationWarning,
+                      stacklevel=2)
+        return self.fixed
+
+    def expected(self, template_params: Mapping) -> tuple[str, str]:
         """(why it may spill, why its occupancy may be low) for these template parameters;
         "" for what is not declared."""
-        return tuple(v(params) if callable(v) else v  # type: ignore[return-value]
+        return tuple(v(template_params) if callable(v) else v  # type: ignore[return-value]
                      for v in (self.spills, self.low_occupancy))
+
+
+def _deprecated_params(where: str, fixed, params):
+    """The fixed parameters given under their old keyword ``params`` (a DeprecationWarning)."""
+    if fixed:
+        raise StrategyError(f"{where}: give fixed= only (params= is its deprecated name)")
+    warnings.warn(f"{where}(params=...) is deprecated; use fixed=...", DeprecationWarning,
+                  stacklevel=3)
+    return params
 
 
 def _launch_parameters(run: Callable) -> list[str]:
@@ -136,8 +161,9 @@ class Implementation:
             returns the outputs.
         kernels: kernel key -> :class:`Kernel`.
         condition: a :class:`SpecializedCondition`, or None for "always applies".
-        space: the config space of tunable knobs; its default is the default config.
-        params: template parameters every kernel of this call gets.
+        space: the config space of tuning knobs; its default is the default config.
+        fixed: fixed template parameters every kernel of this call gets (no knob may have
+            the same name).
         info: host-side facts the run function reads as ``ctx.info`` (sizes, geometry).
         options: compiler options.
         needs: None, or ``config -> None | (condition, knobs)``: what a config needs of the
@@ -154,7 +180,7 @@ class Implementation:
     kernels: Mapping = field(default_factory=dict)
     condition: SpecializedCondition | None = None
     space: ConfigSpace = field(default_factory=ConfigSpace)
-    params: Mapping = field(default_factory=dict)
+    fixed: Mapping = field(default_factory=dict)
     info: object = None
     options: tuple = ()
     needs: Callable | None = None
@@ -164,9 +190,24 @@ class Implementation:
             raise StrategyError(f"{self.name}: plevel={self.plevel!r} must be an int")
         if self.condition is not None and not isinstance(self.condition, SpecializedCondition):
             object.__setattr__(self, "condition", SpecializedCondition(self.condition))
-        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
         object.__setattr__(self, "kernels", MappingProxyType(dict(self.kernels)))
         ImplDecl(self.name.split(".")[0], self.run, self.kernels)  # the same checks
+        clash = sorted(set(self.fixed) & set(self.space.knobs))
+        if clash:
+            name = clash[0]
+            raise StrategyError(
+                f"{self.name}: {name!r} is both a tuning knob (candidates "
+                f"{self.space.knobs[name]}, default {self.space.default[name]!r}) and a fixed "
+                f"parameter ({name}={self.fixed[name]!r}); a name has one role: drop it from "
+                "fixed= or from the space")
+
+    @property
+    def params(self) -> Mapping:
+        """Deprecated name of :attr:`fixed`."""
+        warnings.warn("Implementation.params is deprecated; use Implementation.fixed",
+                      DeprecationWarning, stacklevel=2)
+        return self.fixed
 
     @property
     def short_name(self) -> str:
@@ -176,7 +217,7 @@ class Implementation:
     def template_params(self, key: str, config: Config) -> dict:
         """The template parameters of one kernel for a config."""
         k = self.kernels[key]
-        out = {**self.params, **config, **k.params}
+        out = {**self.fixed, **config, **k.fixed}
         if k.derive is not None:
             out.update(k.derive(out))
         return out

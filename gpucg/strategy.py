@@ -1,7 +1,8 @@
 """Strategies and selection: which implementations a call is offered, and which one runs.
 
 A strategy function offers declared implementations (gpucg.implementation) for one call with
-:meth:`Strategy.add` (a plevel, a condition over the shapes, template parameters) or excludes
+:meth:`Strategy.add` (a plevel, a condition over the shapes, a config space, fixed template
+parameters) or excludes
 them with a reason (:meth:`Strategy.exclude`); :func:`select` chooses among what is offered.
 """
 
@@ -19,7 +20,7 @@ from .records import apply as _tuned
 from .space import Config, ConfigSpace
 from .condition import SpecializedCondition
 from .errors import InputError, StrategyError
-from .implementation import Excluded, ImplDecl, Implementation
+from .implementation import Excluded, ImplDecl, Implementation, _deprecated_params
 
 log = logging.getLogger("gpucg.select")
 
@@ -43,11 +44,14 @@ class Strategy:
         return name
 
     def add(self, decl: ImplDecl, plevel: int, *, condition=None, space: ConfigSpace | None = None,
-            params: Mapping | None = None, info=None, options: tuple = (),
-            needs=None) -> Implementation:
-        """Offer a declared implementation for this call (``needs``: see Implementation)."""
+            fixed: Mapping | None = None, info=None, options: tuple = (),
+            needs=None, params: Mapping | None = None) -> Implementation:
+        """Offer a declared implementation for this call (``needs``: see Implementation;
+        ``params``: the deprecated name of ``fixed``)."""
+        if params is not None:
+            fixed = _deprecated_params("Strategy.add", fixed, params)
         impl = Implementation(self._name(decl), plevel, decl.run, decl.kernels, condition,
-                              space if space is not None else ConfigSpace(), params or {}, info,
+                              space if space is not None else ConfigSpace(), fixed or {}, info,
                               options, needs)
         self.implementations.append(impl)
         self.order.append(impl.name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from . import knobs
+from . import settings
 from .errors import TargetError, TargetUnavailableError, describe
 
 
@@ -173,7 +173,7 @@ def default_target() -> Target:
     """GPUCG_TARGET if set, else the first usable of cuda, opencl on a GPU, numpy."""
     from .runtime import backend_status, get_backend
 
-    env = knobs.target()
+    env = settings.target()
     if env:
         return Target(env)
     if backend_status("cuda")[0]:

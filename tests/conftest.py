@@ -19,7 +19,7 @@ import pytest
 
 import gpucg
 import gpucg.codegen as codegen
-from gpucg import knobs
+from gpucg import settings
 from gpucg.runtime import backend_status
 from gpucg.verify import nvrtc
 
@@ -56,7 +56,7 @@ nvrtc.compile_to_cubin = _recording(nvrtc.compile_to_cubin)
 
 
 def _require(name: str) -> bool:
-    return name in knobs.required_backends()
+    return name in settings.required_backends()
 
 
 def backend_or_skip(name: str):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gpucg
-from gpucg import knobs
+from gpucg import settings
 from gpucg.runtime.cache import DiskCache, cache_key
 
 
@@ -52,7 +52,7 @@ def test_opencl_rebuilds_from_corrupted_disk_entry(tmp_path):
 
     be = get_backend("opencl")
     src = "__kernel void gpucg_cache_probe(__global float* a) { a[get_global_id(0)] *= 3.0f; }"
-    with knobs.scope(GPUCG_CACHE_DIR=str(tmp_path)):
+    with settings.scope(GPUCG_CACHE_DIR=str(tmp_path)):
         be.clear_memory_cache()
         be.compile(src, "gpucg_cache_probe")
         files = [p for p in (tmp_path / "opencl").rglob("*") if p.is_file()]
@@ -71,15 +71,15 @@ def test_opencl_rebuilds_from_corrupted_disk_entry(tmp_path):
     np.testing.assert_array_equal(be.to_host(a), np.full(8, 3, np.float32))
 
 
-def test_knob_errors_are_clear():
-    with knobs.scope(GPUCG_DISK_CACHE="maybe"):
+def test_setting_errors_are_clear():
+    with settings.scope(GPUCG_DISK_CACHE="maybe"):
         with pytest.raises(gpucg.InputError, match="GPUCG_DISK_CACHE='maybe' is invalid"):
-            knobs.disk_cache()
+            settings.disk_cache()
 
 
-def test_readme_lists_every_knob():
+def test_readme_lists_every_setting():
     from pathlib import Path
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    for name in knobs.KNOBS:
+    for name in settings.SETTINGS:
         assert f"`{name}`" in readme, name

@@ -239,7 +239,7 @@ def test_symbolic_batch_compiles_once_and_dispatches(target):
     if target != "numpy":
         assert f.last_impl == f"winograd_2x2.{target}"
         assert gpucg.stats()["compiles"] - compiles <= 4  # the first call's kernels only
-    assert f.dispatcher_source.count("_run(") == 1
+    assert f.dispatcher_source.count("_plan(") == 1
 
 
 def test_symbolic_height_width_dispatch_at_run_time(target):

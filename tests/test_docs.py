@@ -19,5 +19,10 @@ def test_python_examples_run(path):
 
 
 def test_docs_exist():
-    for name in ("operator_strategy.md", "adding_an_operator.md"):
+    for name in ("operator_strategy.md", "adding_an_operator.md", "design.md", "glossary.md"):
         assert (ROOT / "docs" / name).exists()
+
+
+def test_readme_and_design_link_the_glossary():
+    for path in (ROOT / "README.md", ROOT / "docs" / "design.md"):
+        assert "glossary.md)" in path.read_text(), path.name

@@ -160,7 +160,7 @@ def test_cuda_selects_gemm_mma_for_16_bit_floats_and_tf32_only():
     sel, c = _chosen("dense", gpucg.tensor((512, 512), "float32"), gpucg.tensor((512, 512), "float32"))
     assert sel.choices[0].impl.name != "gemm_mma.cuda"
     assert "allow_tf32" in c["gemm_mma.cuda"].reason
-    with gpucg.knobs.scope(GPUCG_ALLOW_TF32="1"):
+    with gpucg.settings.scope(GPUCG_ALLOW_TF32="1"):
         sel, _ = _chosen("matmul", gpucg.tensor((512, 512), "float32"),
                          gpucg.tensor((512, 512), "float32"))
         assert "ldmatrix has no 32-bit transpose" in _["gemm_mma.cuda"].reason
@@ -194,12 +194,12 @@ def test_explain_on_the_command_line():
     assert "allow_tf32=True" in out.stdout and "gemm_mma.cuda" in out.stdout, out.stderr
 
 
-def test_allow_tf32_attribute_and_knob():
+def test_allow_tf32_attribute_and_setting():
     from gpucg.ops.dense import DenseAttrs, MatmulAttrs
     from gpucg.ops.conv2d import Conv2dAttrs
 
     assert DenseAttrs().allow_tf32 is False and MatmulAttrs(allow_tf32=1).allow_tf32 is True
-    with gpucg.knobs.scope(GPUCG_ALLOW_TF32="1"):
+    with gpucg.settings.scope(GPUCG_ALLOW_TF32="1"):
         assert Conv2dAttrs().allow_tf32 is True
     with pytest.raises(gpucg.errors.AttrError, match="allow_tf32"):
         DenseAttrs(allow_tf32="yes")

@@ -84,7 +84,7 @@ def test_symbolic_dispatch_runs_the_generated_source():
     f = gpucg.compile("probe_double", gpucg.tensor((n,), "float32"), target="numpy")
     assert f.selection.dynamic
     src = f.dispatcher_source
-    assert "if n <= 16:" in src and "return _run(2," in src
+    assert "if n <= 16:" in src and "return _plan(2," in src
     # the function that runs is compiled from exactly this source
     code = compile(src, "<gpucg dispatcher probe_double>", "exec")
     fn_code = [c for c in code.co_consts if hasattr(c, "co_code")][0]
@@ -158,3 +158,34 @@ def test_plan_and_run_are_the_call_in_two_steps():
     np.testing.assert_array_equal(g(x), f(x))
     with pytest.raises(gpucg.InputError, match="must be a ScanAttrs"):
         gpucg.CompiledOp.with_attrs("cumsum", [gpucg.tensor((n, 5), "float32")], {"axis": 1})
+
+
+def test_params_is_the_deprecated_name_of_fixed():
+    """``params=`` (the documented name before ``fixed=``) still works, with a warning."""
+    decl = gpucg.kernel_impl("probe_fixed", lambda ctx, main: None,
+                             main=gpucg.Kernel("schedules/injective.j2"))
+    with pytest.warns(DeprecationWarning, match="use fixed="):
+        kernel = gpucg.Kernel("schedules/injective.j2", params={"wg": 64})
+    assert dict(kernel.fixed) == {"wg": 64}
+    s = Strategy(gpucg.target.resolve("opencl"))
+    with pytest.warns(DeprecationWarning, match="use fixed="):
+        impl = s.add(decl, 10, params={"in_dtype": "float32"})
+    assert dict(impl.fixed) == {"in_dtype": "float32"}
+    with pytest.warns(DeprecationWarning, match="Implementation.fixed"):
+        assert dict(impl.params) == {"in_dtype": "float32"}
+    with pytest.raises(gpucg.StrategyError, match="fixed= only"):
+        s.add(decl, 10, fixed={"a": 1}, params={"b": 2})
+
+
+def test_a_knob_and_a_fixed_parameter_may_not_share_a_name():
+    """A tuning knob no longer silently overrides a fixed parameter of the same name: offering
+    both is an error naming the implementation, the name and both values."""
+    decl = gpucg.kernel_impl("probe_clash", lambda ctx, main: None,
+                             main=gpucg.Kernel("schedules/injective.j2"))
+    s = Strategy(gpucg.target.resolve("opencl"))
+    with pytest.raises(gpucg.StrategyError,
+                       match=r"probe_clash.opencl: 'wg' is both a tuning knob \(candidates "
+                             r"\(64, 256\), default 256\) and a fixed parameter \(wg=128\)"):
+        s.add(decl, 10, space=ConfigSpace({"wg": (64, 256)}, {"wg": 256}), fixed={"wg": 128})
+    impl = s.add(decl, 10, space=ConfigSpace({"wg": (64, 256)}, {"wg": 256}), fixed={"n": 3})
+    assert impl.template_params("main", impl.space.default) == {"n": 3, "wg": 256}

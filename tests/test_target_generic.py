@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import gpucg
-from gpucg import knobs
+from gpucg import settings
 from gpucg.generic_func import GenericFunc
 from gpucg.strategy import Implementation, Strategy
 
@@ -28,7 +28,7 @@ def test_targets_report_and_default():
     assert report["numpy"].usable
     for t in report.values():
         assert t.usable or t.reason
-    with knobs.scope(GPUCG_TARGET="numpy"):
+    with settings.scope(GPUCG_TARGET="numpy"):
         assert gpucg.default_target() == gpucg.Target("numpy")
 
 

@@ -1,4 +1,4 @@
-"""The tuner: search strategies (replayed, deterministic), measuring workers and their typed
+"""The tuner: search methods (replayed, deterministic), measuring workers and their typed
 errors, resuming after kill -9, records (keys, stale ones, pruning), applying records in
 compile/explain/eager calls and as per-bucket dispatcher branches, Ray, the CLI."""
 
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpucg
-from gpucg import eager, knobs
+from gpucg import eager, settings
 from gpucg.autotune import RecordList, RecordLog, RecordsError, make_record, open_log
 from gpucg.records.apply import pick_best
 from gpucg.autotune.search import SEARCHES, Candidates, make_search
@@ -33,7 +33,7 @@ CONV_1X1 = (gpucg.tensor((1, 64, 28, 28), "float32"), gpucg.tensor((64, 64, 1, 1
 T8 = gpucg.tensor((8,), "float32")
 
 
-# -- search strategies, with fake costs (no device) ---------------------------------------
+# -- search methods, with fake costs (no device) ---------------------------------------
 
 def _space():
     from gpucg.autotune import ConfigSpace
@@ -248,7 +248,7 @@ def test_default_records_reach_compile_and_eager_calls(tmp_path):
     log.append(make_record("tune_probe", (T8,), "probe_host", {"mode": "fast", "delay": 2},
                            1e-6, "numpy"))
     x = np.ones(8, np.float32)
-    with knobs.scope(GPUCG_RECORDS=str(path)):
+    with settings.scope(GPUCG_RECORDS=str(path)):
         eager.clear()
         tune_probe.RAN.clear()
         np.testing.assert_array_equal(eager.call("tune_probe", [x], target="numpy"), x * 2)
@@ -257,7 +257,7 @@ def test_default_records_reach_compile_and_eager_calls(tmp_path):
         tune_probe.RAN.clear()
         eager.call("tune_probe", [np.ones(9, np.float32)], target="numpy")
         assert tune_probe.RAN == [("ok", 5)]  # another size: no record applies
-    with knobs.scope(GPUCG_RECORDS="off"):
+    with settings.scope(GPUCG_RECORDS="off"):
         assert gpucg.explain("tune_probe", T8, target="numpy").choices[0].config["mode"] == "ok"
     eager.clear()
 
@@ -303,7 +303,7 @@ def test_records_files_that_cannot_be_used_are_clear_errors(tmp_path, caplog):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--search", "bogus"], "search='bogus' is not a search strategy"),
+    (["--search", "bogus"], "search='bogus' is not a search method"),
     (["--budget", "ten minutes"], "--budget 'ten minutes' must be a time"),
     (["--size", "n=a"], "--size 'n=a' must look like NAME=INT"),
     (["--ray", "127.0.0.1:1"], "cannot be reached"),

@@ -1,4 +1,4 @@
-"""The autotuner: config spaces, records, search strategies, measurement, and ``tune``.
+"""The autotuner: config spaces, records, search methods, measurement, and ``tune``.
 
 ``gpucg.tune`` (gpucg.autotune.tuner) searches; records (gpucg.records.store) are applied by
 selection (gpucg.records.apply); see docs/autotuning.md.

@@ -1,9 +1,9 @@
-"""Search strategies over the candidates of one workload: grid, random, anneal, model.
+"""Search methods over the candidates of one workload: grid, random, anneal, model.
 
-A strategy proposes candidate indices (``ask``) and learns their costs (``tell``), a cost of
+A search method proposes candidate indices (``ask``) and learns their costs (``tell``), a cost of
 ``inf`` meaning the candidate failed. Each is deterministic: the same seed, candidates and
 costs give the same proposals, so a replayed log reproduces a run exactly (and the test suite
-checks every strategy that way, with no device).
+checks every method that way, with no device).
 
 - grid: every candidate, implementations interleaved (so a truncated grid covers them all),
   configs in their space's order.
@@ -251,15 +251,15 @@ class Model(Search):
 
 
 def check_search(name: str) -> None:
-    """InputError unless ``name`` is a search strategy that can run here."""
+    """InputError unless ``name`` is a search method that can run here."""
     if name not in SEARCHES:
-        raise InputError(f"search={name!r} is not a search strategy; allowed: "
+        raise InputError(f"search={name!r} is not a search method; allowed: "
                          f"{', '.join(SEARCHES)}")
     if name == "model":
         Model(Candidates([]), 0)  # Optuna is installed
 
 
 def make_search(name: str, cands: Candidates, seed: int = 0) -> Search:
-    """A search strategy by name (InputError naming the allowed ones)."""
+    """A search method by name (InputError naming the allowed ones)."""
     check_search(name)
     return {"grid": Grid, "random": Random, "anneal": Anneal, "model": Model}[name](cands, seed)

@@ -1,7 +1,7 @@
 """``gpucg.tune``: search each implementation's config space on the device here, and record.
 
 For each size bucket: the implementations that apply are enumerated with their config spaces;
-the default (what selection runs without records) is measured first, then the search strategy
+the default (what selection runs without records) is measured first, then the search method
 proposes candidates until the trial budget or the time budget is spent. Each result is
 appended to the records file as soon as it arrives; a candidate already in the file (same
 workload, bucket, device, driver and template hash) is read back instead of measured, so
@@ -49,7 +49,7 @@ def _modules(workload: Workload) -> tuple:
     """Modules a worker imports to know the operator and its strategy."""
     mods = [workload.op.module]
     try:
-        mods.append(workload.op.strategy.dispatch(workload.target).__module__)
+        mods.append(workload.op.strategy.lookup(workload.target).__module__)
     except Exception:  # noqa: BLE001 - a missing strategy fails in the worker, clearly
         pass
     return tuple(dict.fromkeys(m for m in mods if m and m != "__main__"))
@@ -167,7 +167,7 @@ def tune(op: str, *inputs, target=None, trials: int = 64, search: str = "random"
     if data is not None and sizes:
         raise InputError("sizes= needs symbolic input types, not arrays")
     workload = Workload(op, types, target, sizes, **attrs)
-    check_search(search)  # an unknown strategy fails before any work
+    check_search(search)  # an unknown search method fails before any work
     log = _records_log(records, replay)
     start = time.monotonic()
     ident = device_identity(workload.target.backend) if replay is None else None

@@ -61,7 +61,7 @@ def _row(name, b, wall) -> dict:
 def main(argv) -> int:
     p = parser("tune", "2 trials a case, to check the command and its output")
     p.add_argument("--trials", type=int, default=32, help="trials per case (default 32)")
-    p.add_argument("--search", default="model", help="search strategy (default model)")
+    p.add_argument("--search", default="model", help="search method (default model)")
     p.add_argument("--target", default="opencl", help="the target to tune (default opencl)")
     p.add_argument("--cases", default=None, help="only cases whose name contains this")
     p.add_argument("--compare", action="store_true",

@@ -37,15 +37,15 @@ class KernelSpec:
 
     template: str
     entry: str
-    params: tuple = ()
+    template_params: tuple = ()
 
     @staticmethod
-    def make(template: str, entry: str, **params) -> "KernelSpec":
+    def make(template: str, entry: str, **template_params) -> "KernelSpec":
         if not _IDENT.fullmatch(entry):
             raise InputError(f"kernel entry name {entry!r} must be a C identifier")
-        for k, v in params.items():
+        for k, v in template_params.items():
             _validate_param(k, v)
-        return KernelSpec(template, entry, tuple(sorted(params.items())))
+        return KernelSpec(template, entry, tuple(sorted(template_params.items())))
 
 
 def _validate_param(name: str, value) -> None:
@@ -310,7 +310,7 @@ def render(spec: KernelSpec, dialect: Dialect, wide: bool = False, header: str =
     """
     stats.bump("renders")
     template = environment().get_template(spec.template)
-    params = dict(spec.params)
+    params = dict(spec.template_params)
     dtypes = [v for v in params.values() if isinstance(v, str) and v in DTYPES]
     source = template.render(
         d=dialect,

@@ -27,10 +27,10 @@ DTYPES = ("float16", "float32", "float64", "bfloat16")
 def tf32_attr(value) -> bool:
     """The allow_tf32 attribute: None takes GPUCG_ALLOW_TF32 (off unless set); else a bool
     (0 and 1 too, as the command line passes them)."""
-    from .. import knobs
+    from .. import settings
 
     if value is None:
-        return bool(knobs.allow_tf32())
+        return bool(settings.allow_tf32())
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value in (0, 1):
         return bool(value)
     return require_bool("allow_tf32", value)

@@ -313,9 +313,9 @@ def open_log(path) -> RecordLog:
 
 def default_path() -> Path | None:
     """GPUCG_RECORDS, or records.jsonl in the gpucg cache directory; None when "off"."""
-    from .. import knobs
+    from .. import settings
 
-    return knobs.records_path()
+    return settings.records_path()
 
 
 def resolve(records):

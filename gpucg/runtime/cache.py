@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .. import knobs
+from .. import settings
 from ..version import __version__
 
 log = logging.getLogger("gpucg.cache")
@@ -39,14 +39,14 @@ class DiskCache:
 
     @property
     def directory(self) -> Path:
-        base = Path(self._directory) if self._directory else knobs.cache_dir()
+        base = Path(self._directory) if self._directory else settings.cache_dir()
         return base / self.namespace
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / key
 
     def get(self, key: str) -> bytes | None:
-        if not knobs.disk_cache():
+        if not settings.disk_cache():
             return None
         path = self._path(key)
         try:
@@ -64,7 +64,7 @@ class DiskCache:
         return payload
 
     def put(self, key: str, payload: bytes) -> None:
-        if not knobs.disk_cache():
+        if not settings.disk_cache():
             return
         path = self._path(key)
         try:

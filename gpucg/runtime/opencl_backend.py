@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 
-from .. import knobs
+from .. import settings
 from ..codegen import OPENCL
 from ..errors import CompileError, InputError, LaunchError, TargetUnavailableError
 from .. import counters as stats
@@ -124,7 +124,7 @@ class OpenCLBackend(Backend):
             except cl.Error as exc:
                 self._reason = f"no OpenCL platform ({exc})"
                 return
-            want = knobs.opencl_device()
+            want = settings.opencl_device()
             devices = [(p, d) for p in platforms for d in p.get_devices()]
             if want:
                 devices = [(p, d) for p, d in devices if want.lower() in (p.name + " " + d.name).lower()]

@@ -164,8 +164,8 @@ def gpu_strategy(attrs, inputs, outputs, target):
     space = _space(d, target.on_cpu)
     s.add(ATTENTION_SPLIT, 20, condition=sympy.And(sympy.Le(sq, DECODE_SQ_MAX),
                                                    sympy.Ge(skv, DECODE_SKV_MIN)),
-          space=space, params=params, info=info)
-    s.add(ATTENTION_SIMT, 10, space=space, params=params, info=info)
+          space=space, fixed=params, info=info)
+    s.add(ATTENTION_SIMT, 10, space=space, fixed=params, info=info)
     return s
 
 

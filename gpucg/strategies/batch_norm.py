@@ -44,7 +44,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     eps = repr(attrs.eps) + ("" if acc == "float64" else "f")
     s = Strategy(target)
     s.add(BN_DIRECT, 10, space=ConfigSpace({"wg": (64, 128, 256, 512)}, {"wg": 256}),
-          params=dict(dtype=(x.dtype,), acc_dtype=acc, eps=Code(eps),
+          fixed=dict(dtype=(x.dtype,), acc_dtype=acc, eps=Code(eps),
                       INNER1=all(d == 1 for d in x.shape[axis + 1:]),
                       OUTER1=all(d == 1 for d in x.shape[:axis])))
     return s

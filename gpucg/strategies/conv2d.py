@@ -110,7 +110,9 @@ class ConvCall:
     def __init__(self, ctx):
         geo, attrs = ctx.info.geo, ctx.info.attrs
         self.data, self.weight = ctx.inputs[:2]
-        self.bias = ctx.inputs[2:]  # the bias and the residual the call has, in kernel order
+        extra = ctx.inputs[2:]  # the bias is the third input, the residual the fourth
+        self.bias = extra[0] if len(extra) > 0 else None
+        self.residual = extra[1] if len(extra) > 1 else None
         self.y = ctx.outputs[0]
         n, c, h, w = (int(v) for v in data_dims(self.data.shape, attrs.data_layout))
         _, _, oh, ow = (int(v) for v in data_dims(self.y.shape, attrs.data_layout))
@@ -124,6 +126,11 @@ class ConvCall:
     def empty(self) -> bool:
         return self.y.size == 0
 
+    @property
+    def epilogue_args(self) -> tuple:
+        """The bias and the residual the call has, in the kernels' argument order."""
+        return tuple(a for a in (self.bias, self.residual) if a is not None)
+
 
 def _direct_run(ctx, gemm) -> None:
     k = ConvCall(ctx)
@@ -132,7 +139,7 @@ def _direct_run(ctx, gemm) -> None:
     geo = ctx.info.geo
     grid = geo.groups * ceil_div(geo.og, ctx.config["BM"]) * ceil_div(k.n * k.oh * k.ow,
                                                                        ctx.config["BN"])
-    gemm(k.data, k.weight, *k.bias, k.y, *k.sizes, grid=grid, block=work_group(ctx.config))
+    gemm(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=grid, block=work_group(ctx.config))
 
 
 def _depthwise_run(ctx, depthwise) -> None:
@@ -141,14 +148,14 @@ def _depthwise_run(ctx, depthwise) -> None:
         return
     wg, vw = ctx.config["wg"], ctx.config["VW"]
     total = k.n * ctx.info.geo.o * k.oh * ceil_div(k.ow, vw)
-    depthwise(k.data, k.weight, *k.bias, k.y, *k.sizes, grid=ceil_div(total, wg), block=wg)
+    depthwise(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=ceil_div(total, wg), block=wg)
 
 
 def _winograd(ctx, u, input_, gemm, output) -> None:
     """The input transform, the alpha^2 products with U, the output transform."""
     k = ConvCall(ctx)
     geo = ctx.info.geo
-    m, wg = ctx.params["m"], ctx.params["wg"]
+    m, wg = ctx.fixed["m"], ctx.fixed["transform_wg"]
     alpha = m + 2
     th, tw = ceil_div(k.oh, m), ceil_div(k.ow, m)
     p = k.n * th * tw
@@ -162,14 +169,14 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
     bm, bn = ctx.config["BM"], ctx.config["BN"]
     gemm(u, v, mo, s(p), grid=alpha * alpha * ceil_div(geo.o, bm) * ceil_div(p, bn),
          block=work_group(ctx.config))
-    output(mo, *k.bias, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
+    output(mo, *k.epilogue_args, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
            grid=ceil_div(p * geo.o, wg), block=wg)
 
 
 def _winograd_transforming_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
     if ctx.outputs[0].size == 0:
         return
-    geo, m, wg = ctx.info.geo, ctx.params["m"], ctx.params["wg"]
+    geo, m, wg = ctx.info.geo, ctx.fixed["m"], ctx.fixed["transform_wg"]
     u = ctx.empty(((m + 2) ** 2 * geo.o * geo.c,), np.float32)
     weight(ctx.inputs[1], u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
     _winograd(ctx, u, input, gemm, output)
@@ -224,7 +231,7 @@ def winograd_params(common: dict, m: int, on_cpu: bool) -> dict:
     """The Winograd kernels' parameters: the tile, the unrolled transforms, the work-group of
     the transform kernels."""
     at, g, bt = winograd_matrices(m)
-    return dict(common, m=m, alpha=m + 2, wg=64 if on_cpu else 256,
+    return dict(common, m=m, alpha=m + 2, transform_wg=64 if on_cpu else 256,
                 code_weight=transform_code(g, "g", "u"), code_input=transform_code(bt, "d", "v"),
                 code_output=transform_code(at, "m", "y"))
 
@@ -246,21 +253,23 @@ def gpu_strategy(attrs, inputs, outputs, target):
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)
         space = gemm_space(geo.o, on_cpu, loads=False)
         s.add(WINOGRAD[4, True], 15, condition=big_out, space=space, info=info,
-              params=winograd_params(common, 4, on_cpu))
+              fixed=winograd_params(common, 4, on_cpu))
         s.add(WINOGRAD[2, True], 14, space=space, info=info,
-              params=winograd_params(common, 2, on_cpu))
+              fixed=winograd_params(common, 2, on_cpu))
     else:
         s.exclude(WINOGRAD[4, True], 15, WINOGRAD_NEEDS)
         s.exclude(WINOGRAD[2, True], 14, WINOGRAD_NEEDS)
     if attrs.groups == geo.c and geo.c > 1:
-        s.add(DEPTHWISE, 13, info=info, params=common,
+        # the depthwise kernel's vector width is its knob, not the tile's fixed PLAIN one
+        s.add(DEPTHWISE, 13, info=info, fixed={k: v for k, v in common.items() if k != "VW"},
               space=ConfigSpace({"wg": (32, 64, 128, 256), "VW": (1, 2, 4, 8)},
                                 {"wg": 64 if on_cpu else 256,
                                  "VW": 4 if attrs.data_layout == "NCHW" else 1}))
     else:
         s.exclude(DEPTHWISE, 13, "needs groups == input channels > 1")
-    direct = dict(common, a_k_major=common["nchw"] and common["oihw"],
-                  b_k_major=not common["nchw"])
+    # the tile's VW, DB and CF are knobs of its space here, not the fixed PLAIN values
+    direct = dict({k: v for k, v in common.items() if k not in PLAIN},
+                  a_k_major=common["nchw"] and common["oihw"], b_k_major=not common["nchw"])
     vector = not common["half"]
     widths = (2, 4) if vector else ()
     direct.update(a_vec_widths=tuple(v for v in widths if a_vectors(attrs, geo, v)),
@@ -274,7 +283,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     # their addresses must be aligned to a vector, else the dispatcher takes VW = 1
     needs = vector_needs({0: lambda c: c["VW"] in direct["b_vec_widths"],
                           1: lambda c: c["VW"] in direct["a_vec_widths"]})
-    s.add(DIRECT, 10, info=info, space=space, params=direct, needs=needs)
+    s.add(DIRECT, 10, info=info, space=space, fixed=direct, needs=needs)
     return s
 
 

@@ -58,7 +58,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     s = Strategy(target)
     s.add(WINOGRAD[attrs.tile_size, False], 15, info=ConvInfo(geo, conv),
           space=gemm_space(geo.o, target.on_cpu, loads=False),
-          params=winograd_params(common, attrs.tile_size, target.on_cpu))
+          fixed=winograd_params(common, attrs.tile_size, target.on_cpu))
     return s
 
 

@@ -36,6 +36,8 @@ from . import gemm_mma
 GEMV_MAX_M = 16
 SPLITK_MAX_MN = 2 ** 18
 SPLITK_MIN_K = 2048
+#: the work-group size of the split-K reduce kernel (a kernel-level fixed parameter)
+SPLITK_REDUCE_WG = 256
 #: work-groups split-K aims for: a few per multiprocessor, or per core on a CPU device
 SPLITK_GROUPS = {"gpu": 512, "cpu": 16}
 
@@ -107,12 +109,12 @@ def _splitk_run(ctx, partial, reduce) -> None:
     kc = ceil_div(ceil_div(k, slices), c["BK"]) * c["BK"]  # whole tiles, so loads stay aligned
     slices = ceil_div(k, kc) if k else 1
     total = nb * m * n
-    part = ctx.empty((slices * total,), np.float64 if ctx.params["acc_t"] == "double"
+    part = ctx.empty((slices * total,), np.float64 if ctx.fixed["acc_t"] == "double"
                      else np.float32)
     a, b, *extra = ctx.inputs
     partial(a, b, part, s(m), s(n), s(k), s(nb), np.int32(kc), *args, grid=slices * tiles,
             block=work_group(c))
-    wg = ctx.params["wg"]
+    wg = SPLITK_REDUCE_WG
     reduce(part, *extra, ctx.outputs[0], s(total), s(n), np.int32(slices),
            grid=ceil_div(total, wg), block=wg)
 
@@ -141,7 +143,8 @@ GEMM_SPLITK = kernel_impl(
     "gemm_splitk", _splitk_run,
     partial=Kernel("dense/gemm.j2", {"splitk": True, "has_bias": False, "has_residual": False},
                    doc="one slice of K of one output tile"),
-    reduce=Kernel("dense/splitk_reduce.j2", doc="the slices added, the epilogue, the store"))
+    reduce=Kernel("dense/splitk_reduce.j2", {"wg": SPLITK_REDUCE_WG},
+                  doc="the slices added, the epilogue, the store"))
 
 
 def _host_run(ctx):
@@ -179,7 +182,7 @@ def params(op, attrs, inputs, outputs, d) -> dict:
     return dict(half=half_format(dtype), out_half=half_format(out), f64=dtype == "float64",
                 out_f64=out == "float64", acc_t="double" if wide else "float",
                 acc_dtype=acc, a_k_major=p.a_k_major,
-                b_k_major=p.b_k_major, R=len(merge_batch(p)), wg=256, **ep)
+                b_k_major=p.b_k_major, R=len(merge_batch(p)), **ep)
 
 
 def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
@@ -214,7 +217,7 @@ def gpu_strategy(op: str):
         gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
                        target, GEMV_MAX_M)
         gemv_vector = vector and p.a_k_major and p.b_k_major
-        s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, params=dict(common, MR=mr),
+        s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, fixed=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu),
               needs=vector_needs({0: True, 1: True}, acc_bytes) if gemv_vector else None)
         default = _default_tile(target.on_cpu, vector, acc_bytes)
@@ -225,9 +228,9 @@ def gpu_strategy(op: str):
         # VW > 1 loads both operands VW at a time (where their rows allow: the kernel checks
         # the lengths), so both addresses must be aligned to a vector (the dispatcher checks)
         needs = vector_needs({0: True, 1: True}, acc_bytes) if vector else None
-        s.add(GEMM_SPLITK, 14, info=info, params=common, space=tile, needs=needs,
+        s.add(GEMM_SPLITK, 14, info=info, fixed=common, space=tile, needs=needs,
               condition=sympy.And(nb * m * n <= SPLITK_MAX_MN, k >= SPLITK_MIN_K))
-        s.add(GEMM_TILED, 10, info=info, params=common, space=tile, needs=needs)
+        s.add(GEMM_TILED, 10, info=info, fixed=common, space=tile, needs=needs)
         return s
     return strategy
 

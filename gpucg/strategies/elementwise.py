@@ -153,7 +153,7 @@ def ew_gpu(op: str):
         s = Strategy(target)
         info = EwInfo(access, groups)
         use, skip = (EW_STRIDED, EW_CONTIGUOUS) if strided else (EW_CONTIGUOUS, EW_STRIDED)
-        s.add(use, 10, space=_space(target.on_cpu, strided), params=params, info=info)
+        s.add(use, 10, space=_space(target.on_cpu, strided), fixed=params, info=info)
         s.exclude(skip, 10, "an input is read through strides (it broadcasts, or is transposed "
                             "or flipped)" if strided else "no input needs strides")
         return s
@@ -203,7 +203,7 @@ _WG = ConfigSpace({"wg": (64, 128, 256, 512)}, {"wg": 256})
 def pad_gpu(attrs, inputs, outputs, target):
     dt = inputs[0].dtype
     s = Strategy(target)
-    s.add(PAD, 10, space=_WG, params=dict(
+    s.add(PAD, 10, space=_WG, fixed=dict(
         dtype=(dt,), R=inputs[0].ndim, steps=tuple(p[2] + 1 for p in attrs.pad_width),
         value=Code(spec.literal(attrs.value, dt, dialect_for(target.backend))),
         acc_dtype="float64" if dt == "float64" else "float32"))
@@ -219,7 +219,7 @@ def sum_to_gpu(attrs, inputs, outputs, target):
     dt = x.dtype
     acc = "float" if dt in ("float16", "bfloat16", "float32") else d.type(dt)
     s = Strategy(target)
-    s.add(SUM_TO, 10, space=_WG, info=summed, params=dict(
+    s.add(SUM_TO, 10, space=_WG, info=summed, fixed=dict(
         dtype=(dt,), R=y.ndim, RR=len(summed), acc=Code(acc),
         acc_dtype="float64" if dt == "float64" else "float32"))
     return s

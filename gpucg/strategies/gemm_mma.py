@@ -98,8 +98,8 @@ def vector_ok(ctx, m: int, n: int, k: int) -> bool:
     contiguous dimensions) a whole number of 16-byte chunks."""
     a, b = ctx.inputs[0], ctx.inputs[1]
     epc = 16 // a.dtype.itemsize
-    a_row = k if ctx.params["a_k_major"] else m
-    b_row = k if ctx.params["b_k_major"] else n
+    a_row = k if ctx.fixed["a_k_major"] else m
+    b_row = k if ctx.fixed["b_k_major"] else n
     return bool(a_row % epc == 0 and b_row % epc == 0
                 and alignment_of(a) % 16 == 0 and alignment_of(b) % 16 == 0)
 
@@ -117,7 +117,7 @@ def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, 
     twin = target.kind != "cuda"
     s.add(decl, PLEVEL_TWIN if twin else PLEVEL_CUDA, info=info,
           condition=None if twin else condition(p, eb, min_rows),
-          params=dict(common, kind=kind, EB=eb), space=mma_space(eb, twin or target.on_cpu))
+          fixed=dict(common, kind=kind, EB=eb), space=mma_space(eb, twin or target.on_cpu))
 
 
 def pairs_ok(out, n: int) -> bool:

@@ -91,7 +91,7 @@ def schedule_strategies(op_name: str, kind: str) -> dict:
     def gpu(attrs, inputs, outputs, target):
         info = get_op(op_name).kernel_info
         s = Strategy(target)
-        s.add(_DECLS[kind], 10, space=_WG, params=_params(kind, info, inputs, outputs, target))
+        s.add(_DECLS[kind], 10, space=_WG, fixed=_params(kind, info, inputs, outputs, target))
         return s
 
     def cpu(attrs, inputs, outputs, target):

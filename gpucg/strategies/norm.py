@@ -174,8 +174,11 @@ def gpu_strategy(op: str):
         s = Strategy(target)
 
         def add(decl, plevel, space, condition=None):
-            s.add(decl, plevel, condition=condition, space=spaces[space], params=params,
-                  info=info)
+            # params holds defaults (online, ipt, unroll) for the kernels whose space has no
+            # such knob
+            knobs = spaces[space].knobs
+            s.add(decl, plevel, condition=condition, space=spaces[space], info=info,
+                  fixed={k: v for k, v in params.items() if k not in knobs})
 
         # a CPU core maps a row alone, from memory it keeps in cache; GPUs share rows
         p = (5, 13, 6, 12, 11) if target.on_cpu else (14, 13, 12, 11, 10)

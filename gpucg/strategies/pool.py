@@ -51,7 +51,7 @@ def gpu_strategy(kind: str):
                       layout=attrs.layout, KH=kh, KW=kw, SH=sh, SW=sw, DH=dh, DW=dw,
                       count_include_pad=attrs.count_include_pad)
         s = Strategy(target)
-        s.add(POOL_DIRECT, 10, params=params,
+        s.add(POOL_DIRECT, 10, fixed=params,
               space=ConfigSpace({"wg": (32, 64, 128, 256, 512)}, {"wg": 256}))
         return s
     return strategy

@@ -224,7 +224,10 @@ def gpu_strategy_for(op: str, axes_of):
         s = Strategy(target)
 
         def add(decl, plevel, space, condition=None):
-            s.add(decl, plevel, condition=condition, space=spaces[space], params=params, info=info)
+            # params holds defaults (two_pass) for the kernels whose space has no such knob
+            knobs = spaces[space].knobs
+            s.add(decl, plevel, condition=condition, space=spaces[space], info=info,
+                  fixed={k: v for k, v in params.items() if k not in knobs})
 
         if len(views) == 1:
             outer, n, inner = views[0]

@@ -151,14 +151,14 @@ def gpu_strategy(combine: str):
         p_rows, p_device, p_cols, p_chunked = (4, 3, 12, 5) if on_cpu else (12, 10, 8, 5)
         s = Strategy(target)
         s.add(SCAN_ROWS, p_rows, condition=sympy.And(row_major, n <= ROWS_MAX),
-              space=_TILE_SPACE, params=params)
-        s.add(SCAN_DEVICE, p_device, condition=row_major, space=_TILE_SPACE, params=params)
+              space=_TILE_SPACE, fixed=params)
+        s.add(SCAN_DEVICE, p_device, condition=row_major, space=_TILE_SPACE, fixed=params)
         s.add(SCAN_COLS, p_cols,
               condition=outer * inner >= (CPU_COLUMNS_MIN if on_cpu else GPU_COLUMNS_MIN),
               space=ConfigSpace({"wg": (8, 16, 32, 64, 128, 256, 512, 1024)},
                                 {"wg": 64 if on_cpu else 256}),
-              params=params)
-        s.add(SCAN_CHUNKED, p_chunked, params=params,
+              fixed=params)
+        s.add(SCAN_CHUNKED, p_chunked, fixed=params,
               space=_cols_space(64 if on_cpu else 256, 4096 if on_cpu else 256))
         return s
     return strategy

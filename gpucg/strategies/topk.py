@@ -149,7 +149,7 @@ def _group_run(ctx, emit, split, emit_pairs, split_pairs) -> None:
     if p is None:
         return
     s = ctx.size
-    kk = ctx.params["K"]  # the private list length the kernels were compiled for
+    kk = ctx.fixed["K"]  # the private list length the kernels were compiled for
     wg = ctx.config["wg"]
     per_item, groups = ctx.config["per_item"], ctx.config["groups"]
     n_cur, pairs, last, part = p.n, (), emit, split
@@ -284,7 +284,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
         wgs = tuple(w for w in (1, 4, 16, 32, 64, 128, 256) if w <= wg_max)
         # a CPU core runs a work-item of one best scanning its own stretch of a row
         # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
-        s.add(TOPK_GROUP, 12, condition=n >= 2 * kk, params=dict(keyp, K=kk),
+        s.add(TOPK_GROUP, 12, condition=n >= 2 * kk, fixed=dict(keyp, K=kk),
               space=ConfigSpace({"wg": wgs, "per_item": (16, 64, 256, 1024),
                                  "groups": (2, 4, 16, 64, 256, 1024)},
                                 {"wg": 1 if on_cpu else wg_max, "per_item": 1024 if on_cpu else 16,
@@ -296,13 +296,13 @@ def gpu_strategy(attrs, inputs, outputs, target):
                             dict(sort_space.default, chunk_items=256 if on_cpu else 16),
                             constraint=sort_space.constraint)
         # long rows, or few rows of moderate length; and k well below n (else sort)
-        s.add(TOPK_RADIX, 10, params=keyp, space=space,
+        s.add(TOPK_RADIX, 10, fixed=keyp, space=space,
               condition=sympy.And(n >= max(RADIX_FEW_ROWS_N_MIN, 2 * v.k),
                                   sympy.Or(n >= RADIX_N_MIN, rows <= RADIX_FEW_ROWS)))
     elif v.k >= 1:
         s.exclude(TOPK_RADIX, 10, f"needs k > {GROUP_K_MAX} (k is {v.k})")
-    s.add(SORT_BITONIC, 9, condition=n <= block, space=sort_space, params=keyp)
-    s.add(SORT_MERGE, 5, space=sort_space, params=keyp)
+    s.add(SORT_BITONIC, 9, condition=n <= block, space=sort_space, fixed=keyp)
+    s.add(SORT_MERGE, 5, space=sort_space, fixed=keyp)
     return s
 
 

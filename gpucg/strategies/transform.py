@@ -180,7 +180,7 @@ def transform_gpu(op: str):
         elif op == "strided_slice":
             decl, ins, R = SLICE, True, x.ndim
         s = Strategy(target)
-        s.add(decl, 10, space=_WG, params=_params(target, x.dtype, y.dtype, what, R, ins, outs))
+        s.add(decl, 10, space=_WG, fixed=_params(target, x.dtype, y.dtype, what, R, ins, outs))
         return s
     return strategy
 
@@ -193,7 +193,7 @@ def take_gpu(attrs, inputs, outputs, target):
         axis = normalize_axis(attrs.axis, x.ndim)
         outer1, inner1 = all(d == 1 for d in x.shape[:axis]), all(d == 1 for d in x.shape[axis + 1:])
     s = Strategy(target)
-    s.add(TAKE, 10, space=_WG, params=dict(
+    s.add(TAKE, 10, space=_WG, fixed=dict(
         dtype=(x.dtype,), ind_dtype=(ind.dtype,), OUTER1=outer1, INNER1=inner1,
         fp64="float64" if x.dtype == "float64" else "float32"))
     return s

@@ -39,9 +39,9 @@ CHECKS = {"OCLGRIND_DATA_RACES": "1", "OCLGRIND_CHECK_API": "1"}
 
 def runtime_library() -> Path | None:
     """The path of Oclgrind's ICD runtime library, or None where Oclgrind is not installed."""
-    from .. import knobs
+    from .. import settings
 
-    given = knobs.oclgrind_runtime()
+    given = settings.oclgrind_runtime()
     if given is not None:
         return given if given.is_file() else None
     dirs = list(_SEARCH)

@@ -1,7 +1,7 @@
 """Every environment variable gpucg reads, in one place.
 
-Knobs are read when used, never at import, so tests and users can change them at any time.
-``scope()`` sets knobs for a block and restores them afterwards.
+Settings are read when used, never at import, so tests and users can change them at any time.
+``scope()`` sets settings for a block and restores them afterwards.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def _parse_bool(text: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Knob:
+class Setting:
     """One environment variable: its name, type, default and meaning."""
 
     env: str
@@ -48,31 +48,31 @@ def _default_cache_dir() -> Path:
     return Path(base) / "gpucg"
 
 
-KNOBS: dict[str, Knob] = {
+SETTINGS: dict[str, Setting] = {
     k.env: k
     for k in [
-        Knob("GPUCG_TARGET", str, lambda: None,
+        Setting("GPUCG_TARGET", str, lambda: None,
              "Default target when target=None, e.g. `opencl` or `numpy`; "
              "otherwise the first usable of cuda, opencl on a GPU, numpy."),
-        Knob("GPUCG_CACHE_DIR", Path, _default_cache_dir,
+        Setting("GPUCG_CACHE_DIR", Path, _default_cache_dir,
              "Directory of the on-disk kernel cache (default `~/.cache/gpucg`)."),
-        Knob("GPUCG_DISK_CACHE", _parse_bool, lambda: True,
+        Setting("GPUCG_DISK_CACHE", _parse_bool, lambda: True,
              "Set to 0 to keep compiled kernels in memory only."),
-        Knob("GPUCG_OPENCL_DEVICE", str, lambda: None,
+        Setting("GPUCG_OPENCL_DEVICE", str, lambda: None,
              "Substring of the OpenCL platform or device name to use (default: first GPU, "
              "else first device that compiles a test kernel)."),
-        Knob("GPUCG_RECORDS", str, lambda: "",
+        Setting("GPUCG_RECORDS", str, lambda: "",
              "Tuning records file that `gpucg.compile`, eager `gpucg.ops.*` calls, `explain` and "
              "`gpucg tune` use (default `records.jsonl` in the cache directory); `off` disables."),
-        Knob("GPUCG_REQUIRE", str, lambda: "",
+        Setting("GPUCG_REQUIRE", str, lambda: "",
              "Comma-separated backends and tools (`opencl`, `cuda`, `nvrtc`, `oclgrind`) whose "
              "absence makes the test suite fail instead of skip; `make test` sets "
              "`opencl,nvrtc,oclgrind`."),
-        Knob("GPUCG_ALLOW_TF32", _parse_bool, lambda: False,
+        Setting("GPUCG_ALLOW_TF32", _parse_bool, lambda: False,
              "Default of the `allow_tf32` attribute of dense, matmul, batch_matmul and conv2d: "
              "float32 products may round their operands to TF32 (10-bit mantissa) and run on "
              "tensor cores (`gemm_mma`); off by default, so float32 stays exact float32."),
-        Knob("GPUCG_OCLGRIND_RUNTIME", Path, lambda: None,
+        Setting("GPUCG_OCLGRIND_RUNTIME", Path, lambda: None,
              "Path of Oclgrind's `liboclgrind-rt-icd.so` where it is not in the usual places "
              "(`/usr/lib/oclgrind`, beside the `oclgrind` command); the Oclgrind checks and "
              "`gpucg resources --traffic` load it."),
@@ -81,8 +81,8 @@ KNOBS: dict[str, Knob] = {
 
 
 def get(env: str):
-    """The current value of a knob, parsed."""
-    return KNOBS[env].get()
+    """The current value of a setting, parsed."""
+    return SETTINGS[env].get()
 
 
 def target() -> str | None:
@@ -123,11 +123,11 @@ def required_backends() -> set[str]:
 
 @contextlib.contextmanager
 def scope(**values) -> Iterator[None]:
-    """Set knobs (by env name, value None unsets) for the duration of a block."""
+    """Set settings (by env name, value None unsets) for the duration of a block."""
     old = {}
     for name, value in values.items():
-        if name not in KNOBS:
-            raise KeyError(f"unknown knob {name!r}; known: {', '.join(KNOBS)}")
+        if name not in SETTINGS:
+            raise KeyError(f"unknown setting {name!r}; known: {', '.join(SETTINGS)}")
         old[name] = os.environ.get(name)
         if value is None:
             os.environ.pop(name, None)
@@ -144,7 +144,7 @@ def scope(**values) -> Iterator[None]:
 
 
 def table() -> str:
-    """The knobs as a Markdown table (the README's table is checked against it)."""
+    """The settings as a Markdown table (the README's table is checked against it)."""
     rows = ["| variable | meaning |", "| --- | --- |"]
-    rows += [f"| `{k.env}` | {k.doc} |" for k in KNOBS.values()]
+    rows += [f"| `{k.env}` | {k.doc} |" for k in SETTINGS.values()]
     return "\n".join(rows)
