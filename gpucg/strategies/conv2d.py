@@ -1,6 +1,8 @@
 """Strategies for conv2d: which convolution runs for which call.
 
 GPU implementations, by plevel:
+  direct_mma    20  (CUDA) the implicit GEMM on tensor cores (strategies/conv2d_mma.py): float16,
+                    bfloat16, float32 with allow_tf32; on OpenCL its twin at plevel 1
   winograd_4x4  15  needs a 3x3 kernel, stride 1, dilation 1, groups 1 (else excluded, with
                     that reason); condition OH >= 14 and OW >= 14 (F(4x4, 3x3): 36 multiplies
                     for 16 outputs, worth its larger tiles and transforms once the output holds
@@ -30,6 +32,7 @@ from ..ops.conv2d_winograd import transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
+from . import conv2d_mma
 from .gemm_tile import PLAIN, gemm_space, work_group
 
 WINOGRAD_NEEDS = "needs a 3x3 kernel, stride 1, dilation 1, groups 1"
@@ -240,6 +243,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     info = ConvInfo(geo, attrs)
     on_cpu = target.on_cpu
     s = Strategy(target)
+    conv2d_mma.offer(s, geo, attrs, inputs[0].dtype, common, info, target)
     if winograd_applies(attrs, geo):
         big_out = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_4X4_MIN_OUT,
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)
