@@ -123,3 +123,29 @@ def test_tensor_core_gemm_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, attr
         mix = sass.kernel_mix(src, entry.group(1), arch)
         sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS"), none=("LDL", "STL"),
                          what=f"dense {impl}/{key} {dtype} {arch}")
+
+
+#: conv2d's tensor-core kernels: (dtype, data layout, kernel layout, attrs)
+CONV_MMA = [("float16", "NCHW", "OIHW", {}), ("float16", "NHWC", "HWIO", {}),
+            ("bfloat16", "NHWC", "OIHW", {}), ("float32", "NHWC", "HWIO", {"allow_tf32": True})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype,dl,kl,attrs", CONV_MMA, ids=lambda v: str(v))
+def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl, kl, attrs):
+    """direct_mma, as selected on CUDA for a ResNet layer (the default config)."""
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    x = gpucg.tensor((8, 64, 56, 56) if dl == "NCHW" else (8, 56, 56, 64), dtype)
+    w = gpucg.tensor((64, 64, 3, 3) if kl == "OIHW" else (3, 3, 64, 64), dtype)
+    layouts = dict(padding=1, data_layout=dl, kernel_layout=kl, **attrs)
+    sel = gpucg.explain("conv2d", x, w, target=f"cuda -arch={arch}", records=False, **layouts)
+    assert sel.choices[0].impl.name == "direct_mma.cuda", sel
+    # from the rendered sources (bfloat16 cannot be held in CuPy, so no launch is recorded)
+    f = gpucg.compile("conv2d", x, w, target=f"cuda -arch={arch}", impl="direct_mma", **layouts)
+    assert f.sources
+    for key, src in f.sources.items():
+        entry = re.search(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', src)
+        mix = sass.kernel_mix(src, entry.group(1), arch)
+        sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS"), none=("LDL", "STL"),
+                         what=f"conv2d direct_mma/{key} {dtype} {dl} {arch}")

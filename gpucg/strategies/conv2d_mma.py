@@ -77,7 +77,7 @@ def space(eb: int, small: bool, og: int) -> ConfigSpace:
     base = gemm_mma.mma_space(eb, small)
     default = dict(base.default)
     if not small and og <= 64:
-        default.update(BM=128, BN=64, WM=64 if eb == 2 else 32, WN=32)
+        default.update(BM=128, BN=64, WM=32, WN=32)
     return ConfigSpace(base.knobs, default, base.constraint)
 
 
