@@ -160,6 +160,8 @@ def simt_report(config, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
 #: implementation short name -> fn(config, template params) -> requests, for GEMM cores with
 #: their own shared-memory layout (the tensor-core core registers its ``smem_requests``)
 CORES: dict = {}
+#: the implementations whose kernels run the tensor-core core (templates/gemm/_mma.j2)
+MMA_CORE_IMPLS = ("gemm_mma", "direct_mma", "winograd_mma")
 
 
 def register(impl: str, requests_fn) -> None:
@@ -169,9 +171,11 @@ def register(impl: str, requests_fn) -> None:
 
 
 def _requests_fn(impl_name: str):
-    if not CORES:  # the tensor-core core's own address model (its swizzle, evaluated)
+    if not CORES:  # the tensor-core core's own address model (its swizzle, evaluated), for
+        # every implementation built on it (gemm/_mma.j2)
         from ..strategies import gemm_mma
-        register("gemm_mma", lambda config, params: gemm_mma.smem_requests(params, config))
+        for name in MMA_CORE_IMPLS:
+            register(name, lambda config, params: gemm_mma.smem_requests(params, config))
     return CORES.get(impl_name)
 
 
