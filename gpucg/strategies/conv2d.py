@@ -3,6 +3,8 @@
 GPU implementations, by plevel:
   direct_mma    20  (CUDA) the implicit GEMM on tensor cores (strategies/conv2d_mma.py): float16,
                     bfloat16, float32 with allow_tf32; on OpenCL its twin at plevel 1
+  winograd_mma  16  (CUDA) F(4x4, 3x3) with its products on tensor cores (the same dtypes and
+                    Winograd requirements; OpenCL twin at plevel 1)
   winograd_4x4  15  needs a 3x3 kernel, stride 1, dilation 1, groups 1 (else excluded, with
                     that reason); condition OH >= 14 and OW >= 14 (F(4x4, 3x3): 36 multiplies
                     for 16 outputs, worth its larger tiles and transforms once the output holds
@@ -244,6 +246,8 @@ def gpu_strategy(attrs, inputs, outputs, target):
     on_cpu = target.on_cpu
     s = Strategy(target)
     conv2d_mma.offer(s, geo, attrs, inputs[0].dtype, common, info, target)
+    conv2d_mma.offer_winograd(s, geo, attrs, inputs[0].dtype, common, info, target,
+                              winograd_applies(attrs, geo), winograd_params)
     if winograd_applies(attrs, geo):
         big_out = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_4X4_MIN_OUT,
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)

@@ -113,3 +113,88 @@ def offer(s, geo, attrs, dtype: str, common: dict, info, target) -> None:
           condition=None if twin else pixels >= MIN_PIXELS,
           params=dict(common, kind=kind, EB=eb, **layout(common, kind, eb)),
           space=space(eb, twin or target.on_cpu, common["Og"]))
+
+
+# -- Winograd's batched product on the core -----------------------------------------------------
+
+#: Winograd's tile on tensor cores: F(4x4, 3x3), as the SIMT winograd_4x4
+WINOGRAD_M = 4
+
+
+def _winograd_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
+    """The weight and input transforms into 16-bit (or float32 for TF32) U and V, the alpha^2
+    products on the core into float32 M, the output transform with the epilogue."""
+    from .conv2d import ConvCall
+
+    if ctx.outputs[0].size == 0:
+        return
+    k, geo, p, c, s = ConvCall(ctx), ctx.info.geo, ctx.params, ctx.config, ctx.size
+    m, wg, eb = p["m"], p["wg"], p["EB"]
+    a2 = (m + 2) ** 2
+    th, tw = ceil_div(k.oh, m), ceil_div(k.ow, m)
+    tiles = k.n * th * tw
+    if not ctx.wide and a2 * max(geo.c, geo.o) * tiles > np.iinfo(np.int32).max:
+        ctx.widen()
+    tdt = np.float32 if eb == 4 else ctx.inputs[0].dtype
+    u = ctx.empty((a2 * geo.o * geo.c,), tdt)
+    weight(ctx.inputs[1], u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
+    v = ctx.empty((a2 * geo.c * tiles,), tdt)
+    input(k.data, v, s(k.n), s(k.h), s(k.w), s(th), s(tw), np.int32(k.pt), np.int32(k.pl),
+          grid=ceil_div(tiles * geo.c, wg), block=wg)
+    mo = ctx.empty((a2 * geo.o * tiles,), np.float32)
+    epc = 16 // eb
+    rows = geo.c % epc == 0 and (p["b_k_major"] or tiles % epc == 0)
+    threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
+    gemm(u, v, mo, s(tiles), np.int32(int(rows) | int(tiles % 2 == 0) << 1),
+         grid=a2 * ceil_div(geo.o, c["BM"]) * ceil_div(tiles, c["BN"]), block=threads)
+    output(mo, *k.bias, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
+           grid=ceil_div(tiles * geo.o, wg), block=wg)
+
+
+WINOGRAD_MMA = kernel_impl(
+    "winograd_mma", _winograd_run,
+    weight=Kernel("conv2d/winograd_weight.j2", doc="the weight transform G g G^T, stored for "
+                  "the tensor cores"),
+    input=Kernel("conv2d/winograd_input.j2", doc="the input transform B^T d B of every tile, "
+                 "stored for the tensor cores"),
+    gemm=Kernel("conv2d/winograd_gemm_mma.j2", doc="the alpha^2 products M = U V on tensor "
+                "cores (gemm/_mma.j2)",
+                low_occupancy=lambda p: ("TF32: more registers a thread than "
+                                         "__launch_bounds__ leaves" if p.get("kind") == "tf32"
+                                         else "")),
+    output=Kernel("conv2d/winograd_output.j2",
+                  doc="the output transform A^T M A, bias, activation, store"))
+
+#: its CUDA plevel: above the SIMT Winograd kernels, below direct_mma (an implicit GEMM on
+#: tensor cores skips the transforms' memory traffic, which dominates once the products are fast)
+PLEVEL_WINOGRAD = 16
+#: output rows and columns Winograd's 4x4 tiles need on CUDA (as winograd_4x4)
+WINOGRAD_MIN_OUT = 14
+
+
+def offer_winograd(s, geo, attrs, dtype: str, common: dict, info, target, applies: bool,
+                   winograd_params) -> None:
+    """Offer winograd_mma on ``s`` for a 3x3, stride 1, undilated, ungrouped conv2d
+    (``applies``), or exclude it with the reason."""
+    if not applies:
+        s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD,
+                  "needs a 3x3 kernel, stride 1, dilation 1, groups 1")
+        return
+    got, why = gemm_mma.mma_kind(dtype, bool(attrs.allow_tf32), True, True)
+    if got is None:
+        s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD, why)
+        return
+    kind, eb = got
+    twin = target.kind != "cuda"
+    if not twin and min(geo.o, geo.c) < MIN_OG:
+        s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD,
+                  f"needs at least {MIN_OG} input and output channels (has {geo.c}, {geo.o})")
+        return
+    tf32 = kind == "tf32"
+    params = dict(winograd_params(common, WINOGRAD_M, target.on_cpu), kind=kind, EB=eb,
+                  a_k_major=True, b_k_major=tf32, v_pc=tf32, t_half=common["half"])
+    big = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_MIN_OUT,
+                    sympy.sympify(geo.ow) >= WINOGRAD_MIN_OUT)
+    s.add(WINOGRAD_MMA, gemm_mma.PLEVEL_TWIN if twin else PLEVEL_WINOGRAD, info=info,
+          condition=None if twin else big, params=params,
+          space=gemm_mma.mma_space(eb, twin or target.on_cpu))
