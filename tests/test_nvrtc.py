@@ -47,7 +47,7 @@ def topk_sources():
 
 
 #: conv2d's tensor-core implementations (float16 here; float32 with allow_tf32)
-MMA_IMPLS = ("direct_mma",)
+MMA_IMPLS = ("direct_mma", "winograd_mma")
 
 
 def conv2d_sources():

@@ -28,13 +28,14 @@ from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
-from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, data_dims, epilogue, from_nchw,
-                          host_view, pads_for, to_nchw)
+from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, epilogue, from_nchw,
+                          host_view, to_nchw)
 from ..ops.conv2d_winograd import transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
 from . import conv2d_mma
+from .conv2d_call import ConvCall
 from .gemm_tile import PLAIN, gemm_space, work_group
 
 WINOGRAD_NEEDS = "needs a 3x3 kernel, stride 1, dilation 1, groups 1"
@@ -106,27 +107,6 @@ class ConvInfo:
 
     geo: Geometry
     attrs: Conv2dAttrs
-
-
-class ConvCall:
-    """The concrete sizes of one call, and the arguments every kernel shares."""
-
-    def __init__(self, ctx):
-        geo, attrs = ctx.info.geo, ctx.info.attrs
-        self.data, self.weight = ctx.inputs[:2]
-        self.bias = ctx.inputs[2:]  # the bias and the residual the call has, in kernel order
-        self.y = ctx.outputs[0]
-        n, c, h, w = (int(v) for v in data_dims(self.data.shape, attrs.data_layout))
-        _, _, oh, ow = (int(v) for v in data_dims(self.y.shape, attrs.data_layout))
-        pads = pads_for(attrs, h, w, geo.kh, geo.kw)
-        self.n, self.h, self.w, self.oh, self.ow = n, h, w, oh, ow
-        self.pt, self.pl = pads[0], pads[1]
-        s = ctx.size
-        self.sizes = (s(n), s(h), s(w), s(oh), s(ow), np.int32(self.pt), np.int32(self.pl))
-
-    @property
-    def empty(self) -> bool:
-        return self.y.size == 0
 
 
 def _direct_run(ctx, gemm) -> None:

@@ -24,6 +24,7 @@ from ..implementation import Kernel, kernel_impl
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from . import gemm_mma
+from .conv2d_call import ConvCall
 
 #: CUDA needs this many output pixels (N * OH * OW): fewer leave most of a 128-row tile idle
 MIN_PIXELS = 256
@@ -34,8 +35,6 @@ MIN_K = 16
 
 
 def _run(ctx, gemm) -> None:
-    from .conv2d import ConvCall
-
     k = ConvCall(ctx)
     if k.empty:
         return
@@ -124,8 +123,6 @@ WINOGRAD_M = 4
 def _winograd_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
     """The weight and input transforms into 16-bit (or float32 for TF32) U and V, the alpha^2
     products on the core into float32 M, the output transform with the epilogue."""
-    from .conv2d import ConvCall
-
     if ctx.outputs[0].size == 0:
         return
     k, geo, p, c, s = ConvCall(ctx), ctx.info.geo, ctx.params, ctx.config, ctx.size
