@@ -133,7 +133,8 @@ CONV_MMA = [("float16", "NCHW", "OIHW", {}), ("float16", "NHWC", "HWIO", {}),
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dtype,dl,kl,attrs", CONV_MMA, ids=lambda v: str(v))
 def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl, kl, attrs):
-    """direct_mma, as selected on CUDA for a ResNet layer (the default config)."""
+    """direct_mma, as selected on CUDA for a ResNet layer (the default config), and
+    winograd_mma's product."""
     if dtype == "bfloat16":
         pytest.importorskip("ml_dtypes")
     x = gpucg.tensor((8, 64, 56, 56) if dl == "NCHW" else (8, 56, 56, 64), dtype)
@@ -141,11 +142,14 @@ def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl
     layouts = dict(padding=1, data_layout=dl, kernel_layout=kl, **attrs)
     sel = gpucg.explain("conv2d", x, w, target=f"cuda -arch={arch}", records=False, **layouts)
     assert sel.choices[0].impl.name == "direct_mma.cuda", sel
-    # from the rendered sources (bfloat16 cannot be held in CuPy, so no launch is recorded)
-    f = gpucg.compile("conv2d", x, w, target=f"cuda -arch={arch}", impl="direct_mma", **layouts)
-    assert f.sources
-    for key, src in f.sources.items():
-        entry = re.search(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', src)
-        mix = sass.kernel_mix(src, entry.group(1), arch)
-        sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS"), none=("LDL", "STL"),
-                         what=f"conv2d direct_mma/{key} {dtype} {dl} {arch}")
+    # from the rendered sources (bfloat16 cannot be held in CuPy, so no launch is recorded);
+    # winograd_mma's product too (its transforms beside it keep no local memory)
+    for impl in ("direct_mma", "winograd_mma"):
+        f = gpucg.compile("conv2d", x, w, target=f"cuda -arch={arch}", impl=impl, **layouts)
+        assert any("/gemm" in k for k in f.sources), f.sources.keys()
+        for key, src in f.sources.items():
+            entry = re.search(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', src)
+            mix = sass.kernel_mix(src, entry.group(1), arch)
+            core = "/gemm" in key
+            sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS") if core else (),
+                             none=("LDL", "STL"), what=f"conv2d {impl}/{key} {dtype} {dl} {arch}")

@@ -160,8 +160,10 @@ def simt_report(config, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
 #: implementation short name -> fn(config, template params) -> requests, for GEMM cores with
 #: their own shared-memory layout (the tensor-core core registers its ``smem_requests``)
 CORES: dict = {}
-#: the implementations whose kernels run the tensor-core core (templates/gemm/_mma.j2)
+#: the implementations with a kernel on the tensor-core core (templates/gemm/_mma.j2): the
+#: kernel is the one named "gemm" (winograd_mma's transforms have no shared memory)
 MMA_CORE_IMPLS = ("gemm_mma", "direct_mma", "winograd_mma")
+MMA_CORE_KERNEL = "gemm"
 
 
 def register(impl: str, requests_fn) -> None:
@@ -189,6 +191,8 @@ def kernel_reports(compiled) -> list[tuple[str, str, list[RequestReport]]]:
         for key in impl.kernels:
             params = impl.template_params(key, choice.config)
             fn = _requests_fn(impl.short_name)
+            if impl.short_name in MMA_CORE_IMPLS and key != MMA_CORE_KERNEL:
+                continue  # a transform beside the core: no shared memory
             if fn is not None:
                 out.append((impl.name, key, report(fn(dict(choice.config), params))))
             elif {"BM", "BN", "BK", "TM", "TN", "a_k_major", "b_k_major"} <= set(params):
