@@ -3,7 +3,7 @@
 GPU implementations, by plevel:
   direct_mma    20  (CUDA) the implicit GEMM on tensor cores (strategies/conv2d_mma.py): float16,
                     bfloat16, float32 with allow_tf32; on OpenCL its twin at plevel 1
-  winograd_mma  16  (CUDA) F(2x2, 3x3) with its products on tensor cores (the same dtypes and
+  winograd_mma  16  (CUDA) F(2x2, 3x3) with its products on tensor cores (float16, TF32; the
                     Winograd requirements; OpenCL twin at plevel 1)
   winograd_4x4  15  needs a 3x3 kernel, stride 1, dilation 1, groups 1 (else excluded, with
                     that reason); condition OH >= 14 and OW >= 14 (F(4x4, 3x3): 36 multiplies

@@ -121,6 +121,9 @@ def offer(s, geo, attrs, dtype: str, common: dict, info, target) -> None:
 #: that float16 results leave the error bound direct convolution keeps (tests/test_conv2d.py's
 #: 2e-3 of conv(|x|, |w|)); F(2x2)'s (0, 1, 1/2) keep it
 WINOGRAD_M = 2
+#: why bfloat16 keeps to direct_mma
+WINOGRAD_NO_BF16 = ("bfloat16 keeps 8 mantissa bits: Winograd's transformed tiles rounded to it "
+                    "leave bfloat16's one-rounding error bound (direct_mma runs bfloat16)")
 
 
 def _winograd_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
@@ -183,6 +186,9 @@ def offer_winograd(s, geo, attrs, dtype: str, common: dict, info, target, applie
         s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD, why)
         return
     kind, eb = got
+    if kind == "bf16":
+        s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD, WINOGRAD_NO_BF16)
+        return
     twin = target.kind != "cuda"
     if not twin and min(geo.o, geo.c) < MIN_OG:
         s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD,
