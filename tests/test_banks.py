@@ -136,3 +136,22 @@ def test_tensor_core_core_is_conflict_free(op, dtype, attrs):
         assert {r.name for r in rs} >= {"cp.async A", "cp.async B", "ldmatrix A", "ldmatrix B"}
         for r in rs:
             assert r.wavefronts == r.ideal == 4, (op, dtype, r)
+
+
+@pytest.mark.parametrize("dtype,dl,kl,attrs", [("float16", "NCHW", "OIHW", {}),
+                                               ("float16", "NHWC", "HWIO", {}),
+                                               ("float32", "NHWC", "OIHW", {"allow_tf32": True})])
+@pytest.mark.parametrize("impl", ["direct_mma", "winograd_mma"])
+def test_tensor_core_conv2d_is_conflict_free(dtype, dl, kl, attrs, impl):
+    """conv2d's direct_mma and winograd_mma run the same core: its default configs' requests,
+    one wavefront per 16-byte phase."""
+    x = gpucg.tensor((8, 64, 56, 56) if dl == "NCHW" else (8, 56, 56, 64), dtype)
+    w = gpucg.tensor((64, 64, 3, 3) if kl == "OIHW" else (3, 3, 64, 64), dtype)
+    f = gpucg.compile("conv2d", x, w, target="cuda", impl=impl, padding=1,
+                      data_layout=dl, kernel_layout=kl, **attrs)
+    reports = banks.kernel_reports(f)
+    assert [(i, k) for i, k, _ in reports] == [(f"{impl}.cuda", "gemm")]
+    for _, _, rs in reports:
+        assert {r.name for r in rs} >= {"cp.async A", "cp.async B", "ldmatrix A", "ldmatrix B"}
+        for r in rs:
+            assert r.wavefronts == r.ideal == 4, (dtype, dl, r)

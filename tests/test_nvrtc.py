@@ -46,6 +46,10 @@ def topk_sources():
         yield from ((key, src) for key, src in f.sources.items() if key.startswith("topk_group"))
 
 
+#: conv2d's tensor-core implementations (float16 here; float32 with allow_tf32)
+MMA_IMPLS = ("direct_mma", "winograd_mma")
+
+
 def conv2d_sources():
     """Every conv2d kernel (winograd both tiles and its weight transform, direct, depthwise,
     the pre-transformed path) for float32, float16 and float16 in / float32 out, in each
@@ -59,9 +63,13 @@ def conv2d_sources():
         attrs = dict(padding=1, data_layout=dl, kernel_layout=kl, out_dtype=out,
                      activation="relu" if fused else None, target="cuda -arch=sm_90")
         wshape = (32, 16, 3, 3) if kl == "OIHW" else (3, 3, 16, 32)
-        for impl in ("winograd_4x4", "winograd_2x2", "direct"):
+        for impl in ("winograd_4x4", "winograd_2x2", "direct") + MMA_IMPLS * (dtype != "float32"):
             yield from gpucg.compile("conv2d", data, gpucg.tensor(wshape, dtype), *extra, impl=impl,
                                      **attrs).sources.items()
+        if dtype == "float32":  # the tensor-core kernels with TF32
+            for impl in MMA_IMPLS:
+                yield from gpucg.compile("conv2d", data, gpucg.tensor(wshape, dtype), impl=impl,
+                                         allow_tf32=True, **attrs).sources.items()
         dshape = (32, 1, 5, 5) if kl == "OIHW" else (5, 5, 1, 32)
         yield from gpucg.compile("conv2d", data, gpucg.tensor(dshape, dtype), *extra, groups=16,
                                  strides=2, **dict(attrs, padding="SAME")).sources.items()
@@ -76,7 +84,7 @@ def test_all_generated_cuda_compiles(nvrtc_or_skip, arch):
     sources = list(scan_sources()) + list(elementwise_sources()) + list(topk_sources()) + \
         list(conv2d_sources())
     assert any(key.startswith("topk_radix.cuda/") for key, _ in sources)
-    for impl in ("winograd_4x4", "winograd_2x2", "direct", "depthwise"):
+    for impl in ("winograd_4x4", "winograd_2x2", "direct", "depthwise") + MMA_IMPLS:
         assert any(key.startswith(f"{impl}.cuda/") for key, _ in sources), impl
     for key, src in sources:
         ptx = nvrtc.compile_to_ptx(src, arch)

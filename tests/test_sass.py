@@ -170,3 +170,34 @@ def test_reductions_and_scans_shuffle(sass_or_skip, arch, op, shapes, attrs, imp
         mix = got[kernel]
         sass.assert_sass(mix, has=("SHFL",), none=("LDL", "STL"), what=f"{op} {impl}/{kernel} {arch}")
         assert mix["BAR"] <= most, f"{op} {impl}/{kernel} {arch}: {mix['BAR']} barriers"
+
+
+#: conv2d's tensor-core kernels: (dtype, data layout, kernel layout, attrs)
+CONV_MMA = [("float16", "NCHW", "OIHW", {}), ("float16", "NHWC", "HWIO", {}),
+            ("bfloat16", "NHWC", "OIHW", {}), ("float32", "NHWC", "HWIO", {"allow_tf32": True})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype,dl,kl,attrs", CONV_MMA, ids=lambda v: str(v))
+def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl, kl, attrs):
+    """direct_mma, as selected on CUDA for a ResNet layer (the default config), and
+    winograd_mma's product."""
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    x = gpucg.tensor((8, 64, 56, 56) if dl == "NCHW" else (8, 56, 56, 64), dtype)
+    w = gpucg.tensor((64, 64, 3, 3) if kl == "OIHW" else (3, 3, 64, 64), dtype)
+    layouts = dict(padding=1, data_layout=dl, kernel_layout=kl, **attrs)
+    sel = gpucg.explain("conv2d", x, w, target=f"cuda -arch={arch}", records=False, **layouts)
+    assert sel.choices[0].impl.name == "direct_mma.cuda", sel
+    # from the rendered sources (bfloat16 cannot be held in CuPy, so no launch is recorded);
+    # winograd_mma's product too (its transforms beside it keep no local memory; it takes no
+    # bfloat16)
+    for impl in ("direct_mma",) + ("winograd_mma",) * (dtype != "bfloat16"):
+        f = gpucg.compile("conv2d", x, w, target=f"cuda -arch={arch}", impl=impl, **layouts)
+        assert any("/gemm" in k for k in f.sources), f.sources.keys()
+        for key, src in f.sources.items():
+            entry = re.search(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', src)
+            mix = sass.kernel_mix(src, entry.group(1), arch)
+            core = "/gemm" in key
+            sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS") if core else (),
+                             none=("LDL", "STL"), what=f"conv2d {impl}/{key} {dtype} {dl} {arch}")

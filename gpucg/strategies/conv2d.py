@@ -1,6 +1,10 @@
 """Strategies for conv2d: which convolution runs for which call.
 
 GPU implementations, by plevel:
+  direct_mma    20  (CUDA) the implicit GEMM on tensor cores (strategies/conv2d_mma.py): float16,
+                    bfloat16, float32 with allow_tf32; on OpenCL its twin at plevel 1
+  winograd_mma  16  (CUDA) F(2x2, 3x3) with its products on tensor cores (float16, TF32; the
+                    Winograd requirements; OpenCL twin at plevel 1)
   winograd_4x4  15  needs a 3x3 kernel, stride 1, dilation 1, groups 1 (else excluded, with
                     that reason); condition OH >= 14 and OW >= 14 (F(4x4, 3x3): 36 multiplies
                     for 16 outputs, worth its larger tiles and transforms once the output holds
@@ -24,13 +28,15 @@ from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops import _epilogue
-from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, data_dims, epilogue, from_nchw,
-                          host_view, pads_for, to_nchw)
+from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, epilogue, from_nchw,
+                          host_view, to_nchw)
 from ..ops._window import is_same
 from ..ops.conv2d_winograd import transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
+from . import conv2d_mma
+from .conv2d_call import ConvCall
 from .gemm_tile import PLAIN, fill_device, gemm_space, sm_count, vector_needs, work_group
 
 WINOGRAD_NEEDS = "needs a 3x3 kernel, stride 1, dilation 1, groups 1"
@@ -102,34 +108,6 @@ class ConvInfo:
 
     geo: Geometry
     attrs: Conv2dAttrs
-
-
-class ConvCall:
-    """The concrete sizes of one call, and the arguments every kernel shares."""
-
-    def __init__(self, ctx):
-        geo, attrs = ctx.info.geo, ctx.info.attrs
-        self.data, self.weight = ctx.inputs[:2]
-        extra = ctx.inputs[2:]  # the bias is the third input, the residual the fourth
-        self.bias = extra[0] if len(extra) > 0 else None
-        self.residual = extra[1] if len(extra) > 1 else None
-        self.y = ctx.outputs[0]
-        n, c, h, w = (int(v) for v in data_dims(self.data.shape, attrs.data_layout))
-        _, _, oh, ow = (int(v) for v in data_dims(self.y.shape, attrs.data_layout))
-        pads = pads_for(attrs, h, w, geo.kh, geo.kw)
-        self.n, self.h, self.w, self.oh, self.ow = n, h, w, oh, ow
-        self.pt, self.pl = pads[0], pads[1]
-        s = ctx.size
-        self.sizes = (s(n), s(h), s(w), s(oh), s(ow), np.int32(self.pt), np.int32(self.pl))
-
-    @property
-    def empty(self) -> bool:
-        return self.y.size == 0
-
-    @property
-    def epilogue_args(self) -> tuple:
-        """The bias and the residual the call has, in the kernels' argument order."""
-        return tuple(a for a in (self.bias, self.residual) if a is not None)
 
 
 def _direct_run(ctx, gemm) -> None:
@@ -248,6 +226,9 @@ def gpu_strategy(attrs, inputs, outputs, target):
     info = ConvInfo(geo, attrs)
     on_cpu = target.on_cpu
     s = Strategy(target)
+    conv2d_mma.offer(s, geo, attrs, inputs[0].dtype, common, info, target)
+    conv2d_mma.offer_winograd(s, geo, attrs, inputs[0].dtype, common, info, target,
+                              winograd_applies(attrs, geo), winograd_params)
     if winograd_applies(attrs, geo):
         big_out = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_4X4_MIN_OUT,
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)

@@ -160,6 +160,10 @@ def simt_report(config, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
 #: implementation short name -> fn(config, template params) -> requests, for GEMM cores with
 #: their own shared-memory layout (the tensor-core core registers its ``smem_requests``)
 CORES: dict = {}
+#: the implementations with a kernel on the tensor-core core (templates/gemm/_mma.j2): the
+#: kernel is the one named "gemm" (winograd_mma's transforms have no shared memory)
+MMA_CORE_IMPLS = ("gemm_mma", "direct_mma", "winograd_mma")
+MMA_CORE_KERNEL = "gemm"
 
 
 def register(impl: str, requests_fn) -> None:
@@ -169,9 +173,11 @@ def register(impl: str, requests_fn) -> None:
 
 
 def _requests_fn(impl_name: str):
-    if not CORES:  # the tensor-core core's own address model (its swizzle, evaluated)
+    if not CORES:  # the tensor-core core's own address model (its swizzle, evaluated), for
+        # every implementation built on it (gemm/_mma.j2)
         from ..strategies import gemm_mma
-        register("gemm_mma", lambda config, params: gemm_mma.smem_requests(params, config))
+        for name in MMA_CORE_IMPLS:
+            register(name, lambda config, params: gemm_mma.smem_requests(params, config))
     return CORES.get(impl_name)
 
 
@@ -185,6 +191,8 @@ def kernel_reports(compiled) -> list[tuple[str, str, list[RequestReport]]]:
         for key in impl.kernels:
             params = impl.template_params(key, choice.config)
             fn = _requests_fn(impl.short_name)
+            if impl.short_name in MMA_CORE_IMPLS and key != MMA_CORE_KERNEL:
+                continue  # a transform beside the core: no shared memory
             if fn is not None:
                 out.append((impl.name, key, report(fn(dict(choice.config), params))))
             elif {"BM", "BN", "BK", "TM", "TN", "a_k_major", "b_k_major"} <= set(params):
