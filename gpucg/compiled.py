@@ -300,12 +300,13 @@ class CompiledOp:
                                  "that target")
         return arrays, host
 
-    def prepare(self, arrays) -> tuple:
-        """Native arrays as the backend runs them: NumPy moved to the device, all contiguous."""
-        backend = self.backend
-        device = self.target.backend != "numpy"
+    def prepare(self, arrays, index: int | None = None) -> tuple:
+        """Native arrays as the backend runs them: NumPy moved to the device, contiguous
+        (packed on the device) unless choice ``index`` reads strides."""
+        backend, device = self.backend, self.target.backend != "numpy"
+        strided = index is not None and self.selection.choices[index].impl.strided
         return tuple(backend.to_device(x) if device and isinstance(x, np.ndarray)
-                     else backend.contiguous(x) for x in arrays)
+                     else x if strided else backend.contiguous(x) for x in arrays)
 
     def plan(self, *native_arrays) -> Plan:
         """What the dispatcher picks for these arrays (NumPy or of the target), checked
@@ -314,10 +315,9 @@ class CompiledOp:
         return self._plan(*native_arrays)
 
     def run(self, plan: Plan, *native_arrays):
-        """Run a plan on arrays (those it was made for, or of the same dtypes and shapes):
-        NumPy inputs go to the device and the results come back as NumPy arrays."""
-        return self._execute(plan.index, self.prepare(native_arrays), plan.out_shapes,
-                             plan.wide, plan.host)
+        """Run a plan on arrays of its dtypes and shapes (NumPy ones go to the device and back)."""
+        return self._execute(plan.index, self.prepare(native_arrays, plan.index),
+                             plan.out_shapes, plan.wide, plan.host)
 
     def _execute(self, index: int, inputs, out_shapes, wide: bool, host: bool):
         ctx = RunContext(self, index, inputs, out_shapes, wide)
@@ -328,7 +328,9 @@ class CompiledOp:
             impl.run(ctx, **ctx.kernels())
         else:
             result = impl.run(ctx)
-            outputs = ctx.outputs if result is None else self._host_outputs(impl, result, out_shapes)
+            views = result if isinstance(result, tuple) else (result,)  # a view impl's
+            outputs = views if impl.views else ctx.outputs if result is None else \
+                self._host_outputs(impl, result, out_shapes)
         stats.bump("dispatches")
         backend = self.backend
         outputs = tuple((backend.to_host if host else backend.export)(o) for o in outputs)
@@ -358,11 +360,10 @@ class CompiledOp:
         return tuple(map(framework.wrap, out)) if isinstance(out, tuple) else framework.wrap(out)
 
     def bind(self, *native_arrays):
-        """A function of no arguments that runs this operator on arrays of its target, with
-        the dispatcher's checks done once, here (timing loops: the tuner). It returns the
-        outputs as a call does."""
+        """A function of no arguments running this operator on arrays of its target, the
+        dispatcher's checks done once, here (timing loops: the tuner); it returns a call's."""
         plan = self._plan(*native_arrays)
-        inputs = self.prepare(native_arrays)
+        inputs = self.prepare(native_arrays, plan.index)
         return lambda: self._execute(plan.index, inputs, plan.out_shapes, plan.wide, False)
 
 

@@ -1,4 +1,6 @@
-"""Process-wide counters: compiles, cache hits, launches, renders, dispatches."""
+"""Process-wide counters: compiles, cache hits, launches, renders, dispatches, and the device
+arrays a backend makes: buffers (every device allocation), uploads (host to device), downloads
+(device to host), device_copies (a strided or offset view made contiguous on the device)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from collections import Counter
 _lock = threading.Lock()
 _counts: Counter = Counter()
 
-KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "dispatches")
+KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "dispatches", "buffers",
+        "uploads", "downloads", "device_copies")
 
 
 def bump(key: str, n: int = 1) -> None:

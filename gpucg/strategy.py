@@ -47,7 +47,7 @@ class Strategy:
         """Offer a declared implementation for this call."""
         impl = Implementation(self._name(decl), plevel, decl.run, decl.kernels, condition,
                               space if space is not None else ConfigSpace(), params or {}, info,
-                              options)
+                              options, decl.strided, decl.views)
         self.implementations.append(impl)
         self.order.append(impl.name)
         return impl
