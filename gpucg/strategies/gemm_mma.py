@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..codegen.warp import swizzle
+from ..interop import native_kind
 from ..space import ConfigSpace
 
 PLEVEL_CUDA = 20
@@ -85,24 +86,27 @@ def condition(p, eb: int, min_rows: int):
 
 
 def base_address(array) -> int:
-    """The device address of an array's first element: CuPy's data.ptr, the stand-in's ptr;
-    a pyopencl array's offset (its buffer starts aligned) or 0 for gpucg's own buffers."""
+    """The device address of the pointer a kernel gets for an array: CuPy's data.ptr (a view's
+    first element), the stand-in's ptr; 0 for OpenCL arrays, whose kernels get the buffer's
+    start (aligned) and the first element's offset as an argument."""
+    if native_kind(array) == "opencl":
+        return 0
     ptr = getattr(getattr(array, "data", None), "ptr", None)
     if ptr is None:
-        ptr = getattr(array, "ptr", None)
-    if ptr is None:
-        ptr = getattr(array, "offset", 0)
+        ptr = getattr(array, "ptr", 0)
     return int(ptr)
 
 
-def vector_ok(ctx, m: int, n: int, k: int) -> bool:
-    """Whether this call may copy 16 bytes at a time: both base pointers 16-byte aligned and
-    every row (the operands' contiguous dimensions) a whole number of 16-byte chunks."""
-    a, b = ctx.inputs[0], ctx.inputs[1]
+def vector_ok(ctx, arrays, m: int, n: int, k: int, layout) -> bool:
+    """Whether this call may copy 16 bytes at a time: both pointers 16-byte aligned, and every
+    row (the operands' contiguous dimensions), its start (first elements, leading dimensions,
+    batch strides: ``layout``) a whole number of 16-byte chunks."""
+    a, b = arrays[0], arrays[1]
     epc = 16 // a.dtype.itemsize
+    oa, lda, sa, ob, ldb, sb = layout
     a_row = k if ctx.params["a_k_major"] else m
     b_row = k if ctx.params["b_k_major"] else n
-    return bool(a_row % epc == 0 and b_row % epc == 0
+    return bool(all(v % epc == 0 for v in (a_row, b_row, oa, lda, ob, ldb, *sa, *sb))
                 and base_address(a) % 16 == 0 and base_address(b) % 16 == 0)
 
 
