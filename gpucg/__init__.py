@@ -22,7 +22,8 @@ from .shape import DTYPES, TensorType, tensor, var
 from .condition import SpecializedCondition
 from .target import Target, default_target, register_target_kind, targets
 from .generic_func import GenericFunc
-from .implementation import Excluded, Implementation, Kernel, host_impl, kernel_impl
+from .implementation import (Excluded, Implementation, Kernel, host_impl, kernel_impl,
+                             view_impl)
 from .strategy import Strategy
 from .op import (Case, KernelInfo, OpPattern, get_op, list_ops, register_gradient, register_op,
                  register_strategies, register_strategy)
@@ -55,6 +56,7 @@ __all__ = [
     "TargetError", "TargetUnavailableError", "TensorType", "TuneError", "__version__", "asarray",
     "compile",
     "default_target", "explain", "get_op", "grad", "host_impl", "kernel_impl", "list_ops", "ops",
+    "view_impl",
     "register_broadcast_schedule", "register_gradient", "register_injective_schedule",
     "register_op",
     "register_reduce_schedule", "register_strategies", "register_strategy",

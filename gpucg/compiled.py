@@ -22,80 +22,10 @@ from .op import get_op
 from .runtime import backend_status, get_backend
 from .shape import TensorType
 from .strategy import Selection, force, select, size_checks
+from .run_context import RunContext
 from .target import require_usable, resolve
 
 INDEX_MODES = ("auto", "int32", "int64")
-
-
-class Launcher:
-    """One kernel of the running implementation: call it to launch; compiled on first use."""
-
-    __slots__ = ("ctx", "key")
-
-    def __init__(self, ctx: "RunContext", key: str):
-        self.ctx = ctx
-        self.key = key
-
-    def __call__(self, *args, grid: int, block: int) -> None:
-        ctx = self.ctx
-        compiled = ctx.compiled
-        program = compiled.program(ctx.index, self.key, ctx.wide)
-        if compiled.launch_check is not None:
-            compiled.launch_check(program, self.key, grid, block)
-        program(*args, grid=grid, block=block)
-
-
-class RunContext:
-    """What an implementation's ``run`` sees: attrs, config, fixed parameters, arrays, index
-    width.
-
-    Attributes:
-        attrs: the operator's attributes; config: the chosen config (knob -> value); fixed: the
-            fixed template parameters of this call; info: the strategy's host-side facts.
-        inputs: the input arrays on the backend; outputs: output arrays to fill (allocated on
-            first use: host implementations may return their results instead).
-        wide: 64-bit indexing; idx: the NumPy type of size arguments.
-    """
-
-    def __init__(self, compiled: "CompiledOp", index: int, inputs, out_shapes, wide: bool):
-        choice = compiled.selection.choices[index]
-        self.compiled = compiled
-        self.index = index
-        self.attrs = compiled.attrs
-        self.config = choice.config
-        self.impl = choice.impl
-        self.fixed = choice.impl.fixed
-        self.info = choice.impl.info
-        self.backend = compiled.backend
-        self.inputs = inputs
-        self.out_shapes = out_shapes
-        self._outputs = None
-        self.wide = wide
-        self.idx = np.int64 if wide else np.int32
-
-    @property
-    def outputs(self) -> tuple:
-        if self._outputs is None:
-            self._outputs = tuple(self.backend.empty(s, t.dtype) for s, t in
-                                  zip(self.out_shapes, self.compiled.output_types))
-        return self._outputs
-
-    def kernels(self) -> dict:
-        """A launcher per kernel of the implementation, by key."""
-        return {key: Launcher(self, key) for key in self.impl.kernels}
-
-    def empty(self, shape, dtype):
-        """A scratch array on the backend."""
-        return self.backend.empty(shape, dtype)
-
-    def size(self, value: int):
-        """A size argument in the kernel's index type."""
-        return self.idx(value)
-
-    def widen(self) -> None:
-        """Switch later launches to the 64-bit-index kernels (scratch that outgrows 32 bits)."""
-        self.wide = True
-        self.idx = np.int64
 
 
 def _bad_dim(name, axis, actual, expected):
@@ -302,13 +232,15 @@ class CompiledOp:
                 self.backend.check_array(x, f"{self.op.name}: {name}")
         return arrays, host
 
-    def prepare(self, arrays, borrow: bool = True) -> tuple:
+    def prepare(self, arrays, index: int | None = None, borrow: bool = True) -> tuple:
         """Native arrays as the backend runs them: NumPy moved to the device (``borrow``: for
-        this call only, in place where the device shares host memory), all contiguous."""
+        this call only, in place where the device shares host memory), contiguous (packed on
+        the device) unless choice ``index`` reads strides."""
         backend, device = self.backend, self.target.backend != "numpy"
         move = backend.borrow if borrow else backend.to_device
+        strided = index is not None and self.selection.choices[index].impl.strided
         return tuple(move(x) if device and isinstance(x, np.ndarray)
-                     else backend.contiguous(x) for x in arrays)
+                     else x if strided else backend.contiguous(x) for x in arrays)
 
     def plan(self, *native_arrays) -> Plan:
         """What the dispatcher picks for these arrays (NumPy or of the target), checked
@@ -318,10 +250,9 @@ class CompiledOp:
         return self._plan(*native_arrays)
 
     def run(self, plan: Plan, *native_arrays):
-        """Run a plan on arrays (those it was made for, or of the same dtypes and shapes):
-        NumPy inputs go to the device and the results come back as NumPy arrays."""
-        return self._execute(plan.index, self.prepare(native_arrays), plan.out_shapes,
-                             plan.wide, plan.host)
+        """Run a plan on arrays of its dtypes and shapes (NumPy ones go to the device and back)."""
+        return self._execute(plan.index, self.prepare(native_arrays, plan.index),
+                             plan.out_shapes, plan.wide, plan.host)
 
     def _execute(self, index: int, inputs, out_shapes, wide: bool, host: bool):
         ctx = RunContext(self, index, inputs, out_shapes, wide)
@@ -332,7 +263,9 @@ class CompiledOp:
             impl.run(ctx, **ctx.kernels())
         else:
             result = impl.run(ctx)
-            outputs = ctx.outputs if result is None else self._host_outputs(impl, result, out_shapes)
+            views = result if isinstance(result, tuple) else (result,)  # a view impl's
+            outputs = views if impl.views else ctx.outputs if result is None else \
+                self._host_outputs(impl, result, out_shapes)
         stats.bump("runs")
         backend = self.backend
         outputs = tuple((backend.to_host if host else backend.export)(o) for o in outputs)
@@ -359,11 +292,10 @@ class CompiledOp:
         return wrap(framework, self.run(self._plan(*native), *native))
 
     def bind(self, *native_arrays):
-        """A function of no arguments that runs this operator on arrays of its target, with
-        the dispatcher's checks done once, here (timing loops: the tuner). It returns the
-        outputs as a call does."""
+        """A function of no arguments running this operator on arrays of its target, the
+        dispatcher's checks done once, here (timing loops: the tuner); it returns a call's."""
         plan = self._plan(*native_arrays)
-        inputs = self.prepare(native_arrays, borrow=False)  # kept beyond this call: copies
+        inputs = self.prepare(native_arrays, plan.index, borrow=False)  # kept: copies
         return lambda: self._execute(plan.index, inputs, plan.out_shapes, plan.wide, False)
 
 

@@ -1,6 +1,7 @@
-"""Process-wide counters: compiles, cache hits, launches, renders, runs; host-device
-traffic (uploads and downloads are copies, borrowed and mapped are host memory used in place);
-eager calls served by the fast path (fast_calls)."""
+"""Process-wide counters: compiles, cache hits, launches, renders, runs; device arrays a backend
+makes: buffers (every device allocation), uploads and downloads (host-device copies),
+device_copies (a strided or offset view made contiguous on the device), borrowed and mapped
+(host memory used in place of a copy); eager calls served by the fast path (fast_calls)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections import Counter
 _lock = threading.Lock()
 _counts: Counter = Counter()
 
-KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "runs")
-KEYS += ("uploads", "downloads", "borrowed", "mapped", "fast_calls")
+KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "runs", "buffers")
+KEYS += ("uploads", "downloads", "device_copies", "borrowed", "mapped", "fast_calls")
 
 
 def bump(key: str, n: int = 1) -> None:

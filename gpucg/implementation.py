@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Callable, Mapping
 
@@ -112,6 +112,8 @@ class ImplDecl:
     name: str
     run: Callable
     kernels: Mapping = field(default_factory=dict)
+    strided: bool = False
+    views: bool = False
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -145,9 +147,25 @@ def kernel_impl(name: str, run: Callable, **kernels: Kernel) -> ImplDecl:
     return decl
 
 
-def host_impl(name: str, run: Callable) -> ImplDecl:
-    """Declare a host implementation: ``run(ctx)`` returns the output array(s) (NumPy)."""
-    return ImplDecl(name, run)
+def host_impl(name: str, run: Callable, strided: bool = False) -> ImplDecl:
+    """Declare a host implementation: ``run(ctx)`` returns the output array(s) (NumPy).
+
+    ``strided``: run reads its inputs through their strides (np.matmul does), so they come
+    as they are (a transposed view stays a view) instead of made contiguous first."""
+    return ImplDecl(name, run, strided=strided)
+
+
+def reads_strides(decl: ImplDecl) -> ImplDecl:
+    """``decl``, declared to read its inputs through their strides: its run function gets the
+    arrays as they are (strided views, offsets) and passes their layout to its kernels."""
+    return replace(decl, strided=True)
+
+
+def view_impl(name: str, run: Callable, strided: bool = False) -> ImplDecl:
+    """Declare a view implementation: ``run(ctx)`` returns the output(s) as arrays of the
+    target's backend that share memory with the inputs (NumPy views, pyopencl arrays over the
+    same buffer, CuPy views): no kernel and no copy. ``strided`` as :func:`host_impl`'s."""
+    return ImplDecl(name, run, strided=strided, views=True)
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,6 +190,8 @@ class Implementation:
             addresses), and the knob values of the config that needs nothing (the scalar
             path). Selection gives the dispatcher both: the config where the condition holds,
             the other where it does not.
+        strided: the inputs come as they are, strided views included (else contiguous).
+        views: run returns the outputs as views of the inputs, on the backend.
     """
 
     name: str
@@ -184,6 +204,8 @@ class Implementation:
     info: object = None
     options: tuple = ()
     needs: Callable | None = None
+    strided: bool = False
+    views: bool = False
 
     def __post_init__(self):
         if not isinstance(self.plevel, int) or isinstance(self.plevel, bool):
@@ -192,7 +214,8 @@ class Implementation:
             object.__setattr__(self, "condition", SpecializedCondition(self.condition))
         object.__setattr__(self, "fixed", MappingProxyType(dict(self.fixed)))
         object.__setattr__(self, "kernels", MappingProxyType(dict(self.kernels)))
-        ImplDecl(self.name.split(".")[0], self.run, self.kernels)  # the same checks
+        ImplDecl(self.name.split(".")[0], self.run, self.kernels, self.strided,
+                 self.views)  # the same checks
         clash = sorted(set(self.fixed) & set(self.space.knobs))
         if clash:
             name = clash[0]

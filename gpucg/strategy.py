@@ -52,7 +52,7 @@ class Strategy:
             fixed = _deprecated_params("Strategy.add", fixed, params)
         impl = Implementation(self._name(decl), plevel, decl.run, decl.kernels, condition,
                               space if space is not None else ConfigSpace(), fixed or {}, info,
-                              options, needs)
+                              options, needs, decl.strided, decl.views)
         self.implementations.append(impl)
         self.order.append(impl.name)
         return impl

@@ -242,7 +242,11 @@ def test_explain_shows_the_small_m_specialization():
 
 BAD = [  # (op, shapes, dtypes, attrs, error, message)
     ("dense", [(3, 4), (5, 6)], None, {}, gpucg.InputError, "inner dimensions do not match"),
-    ("dense", [(3, 4, 1), (5, 4)], None, {}, gpucg.InputError, "data must have rank 2"),
+    ("dense", [(), (5, 4)], None, {}, gpucg.InputError, r"data has shape \(\); allowed: rank >= 1"),
+    ("dense", [(3, 4), (2, 5, 4)], None, {}, gpucg.InputError,
+     r"weight has shape \(2, 5, 4\); allowed: rank 2"),
+    ("dense", [(2, 3, 4), (5, 6)], None, {}, gpucg.InputError,
+     r"data has 4 along k but weight has 6 \(shapes \(2, 3, 4\) and \(5, 6\)\)"),
     ("dense", [(3, 4), (5, 4), (6,)], None, {}, gpucg.InputError, r"bias must have shape \(5,\)"),
     ("dense", [(3, 4), (5, 4), (5,), (3, 4)], None, {}, gpucg.InputError, "residual must have"),
     ("dense", [(3, 4), (5, 4)], None, {"activation": "swish"}, gpucg.AttrError,
@@ -258,7 +262,17 @@ BAD = [  # (op, shapes, dtypes, attrs, error, message)
     ("matmul", [(2, 3, 4), (3, 4, 6)], None, {}, gpucg.InputError, "do not broadcast"),
     ("matmul", [(), (3,)], None, {}, gpucg.InputError, "rank >= 1"),
     ("batch_matmul", [(2, 3, 4), (3, 4, 5)], None, {}, gpucg.InputError, "do not broadcast"),
-    ("batch_matmul", [(3, 4), (3, 4, 5)], None, {}, gpucg.InputError, "a must have rank 3"),
+    ("batch_matmul", [(4,), (3, 4, 5)], None, {}, gpucg.InputError,
+     r"a has shape \(4,\); allowed for batch_matmul: rank >= 2"),
+    ("matmul", [(4,), (4, 5)], None, {"transpose_a": True}, gpucg.InputError,
+     r"a has shape \(4,\); allowed for transpose_a=True: rank >= 2"),
+    ("matmul", [(2, 3, 4), (3, 5, 4)], None, {"transpose_b": True}, gpucg.InputError,
+     r"batch dimensions of a \(shape \(2, 3, 4\)\) and b \(shape \(3, 5, 4\)\) do not "
+     r"broadcast: \(2,\) against \(3,\)"),
+    ("batch_matmul", [(2, 3, 4), (2, 3, 5)], None, {"transpose_b": True}, gpucg.InputError,
+     r"a has 4 along k but b has 5 \(shapes \(2, 3, 4\) and \(2, 3, 5\)\)"),
+    ("matmul", [(3, 4), (4, 5)], None, {"alpha": float("nan")}, gpucg.AttrError, "alpha=nan"),
+    ("batch_matmul", [(3, 4), (4, 5)], None, {"alpha": "2"}, gpucg.AttrError, "alpha='2'"),
     ("batch_matmul", [(2, 3, 4), (2, 3, 5)], None, {"transpose_b": 1}, gpucg.AttrError,
      "transpose_b=1"),
 ]
@@ -302,7 +316,12 @@ def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
                  ("matmul", [t(b, 1, m, k), t(3, k, n)], {}),
                  ("matmul", [t(k), t(b, k, n)], {}),
                  ("batch_matmul", [t(b, k, m), t(b, n, k)], dict(transpose_a=True,
-                                                                  transpose_b=True))]
+                                                                  transpose_b=True)),
+                 ("dense", [t(b, m, k), t(n, k), t(n)], {}),
+                 ("matmul", [t(b, 1, k, m), t(3, n, k)], dict(transpose_a=True,
+                                                              transpose_b=True, alpha=0.5)),
+                 ("batch_matmul", [t(b, 12, m, k), t(1, 12, n, k)], dict(transpose_b=True,
+                                                                         alpha=0.125))]
         for op, types, attrs in calls:
             f = gpucg.compile(op, *types, target="cuda -arch=sm_90", **attrs)
             for key, src in f.sources.items():

@@ -130,8 +130,9 @@ def compiled_ops():
             _, op, types, attrs = next(c for c in CALLS if c[0] == cid)
             impls = implementations(op, types, target, attrs)
             assert impls, (cid, target)
-            memo[cid, target] = [(impl, gpucg.compile(op, *types, target=target, impl=impl,
-                                                      **attrs)) for impl in impls]
+            built = [(impl, gpucg.compile(op, *types, target=target, impl=impl, **attrs))
+                     for impl in impls]
+            memo[cid, target] = [(i, f) for i, f in built if f.sources]  # views: no kernel
         return memo[cid, target]
     return get
 

@@ -81,6 +81,11 @@ CASES = [
     ("matmul", [f64(2, 1, 3, 4), f64(3, 4, 2)], {}),
     ("matmul", [f64(4), f64(2, 4, 3)], {}),
     ("matmul", [f64(3, 4), f64(4)], {}),
+    ("dense", [f64(2, 3, 4), f64(5, 4), f64(5)], {"alpha": 0.5}),
+    ("matmul", [f64(2, 1, 4, 3), f64(3, 2, 4)], {"transpose_a": True, "transpose_b": True,
+                                                  "alpha": -1.5}),
+    ("matmul", [f64(2, 3, 4), f64(1, 5, 4)], {"transpose_b": True, "alpha": 0.25}),
+    ("matmul", [f64(4, 3), f64(4)], {"transpose_a": True}),
 ]
 
 

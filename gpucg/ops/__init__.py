@@ -9,7 +9,7 @@ from .batch_norm import batch_norm, fold_batch_norm
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
-from .dense import batch_matmul, dense, matmul
+from .dense import batch_matmul, dense, linear, matmul
 from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, equal, erf, exp, flip,  # noqa: A004
                           fused, gelu, greater, greater_equal, leaky_relu, less, less_equal, log,
                           maximum, minimum, multiply, neg, negative, not_equal, pad,
@@ -26,7 +26,7 @@ from .transform import (cast, concatenate, expand_dims, flatten, split, squeeze,
 
 __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broadcast_to", "clip", "dense",
            "divide", "equal", "erf", "exp", "flip", "fused", "gelu", "greater", "greater_equal",
-           "leaky_relu", "less", "less_equal", "log", "matmul", "maximum", "minimum",
+           "leaky_relu", "linear", "less", "less_equal", "log", "matmul", "maximum", "minimum",
            "multiply", "neg", "negative", "not_equal", "pad", "placeholders", "power",
            "reshape", "rsqrt", "sigmoid", "sqrt", "subtract", "sum_to", "tanh", "transpose",
            "where", "conv2d", "conv2d_winograd_without_weight_transform", "cumprod",

@@ -39,11 +39,6 @@ def epilogue_backward(ctx, pre):
     return gz, g_res
 
 
-def _swap_last(ctx, x):
-    nd = len(x.shape)
-    return ctx.call("transpose", x, axes=tuple(range(nd - 2)) + (nd - 1, nd - 2))
-
-
 def _shaped(ctx, g, shape):
     """g summed to ``shape`` where it was broadcast, then reshaped to it."""
     shape = tuple(shape)
@@ -68,7 +63,10 @@ def dense_gradient(ctx):
                         residual_position=a.residual_position)
     gz, g_res = epilogue_backward(ctx, pre)
     gs = scale(ctx, gz, a.alpha)
-    grads = [ctx.call("matmul", gs, w), ctx.call("matmul", _swap_last(ctx, gs), x)]
+    # leading dimensions of the data: the weight's gradient sums over all of them (rows)
+    g2 = gs if len(x.shape) == 2 else ctx.call("reshape", gs, shape=(-1, w.shape[0]))
+    x2 = x if len(x.shape) == 2 else ctx.call("reshape", x, shape=(-1, w.shape[1]))
+    grads = [ctx.call("matmul", gs, w), ctx.call("matmul", g2, x2, transpose_a=True)]
     if len(ctx.inputs) >= 3:
         grads.append(ctx.call("sum_to", gz, shape=(w.shape[0],)))
     if len(ctx.inputs) >= 4:
@@ -77,18 +75,26 @@ def dense_gradient(ctx):
 
 
 def matmul_gradient(ctx):
-    """matmul (NumPy's): d a = g @ b^T, d b = a^T @ g over the promoted operands, summed
-    over the batch axes each operand was broadcast along."""
+    """matmul (NumPy's): with A' = A or A^T and B' as the flags say, d A' = alpha g @ B'^T and
+    d B' = alpha A'^T @ g over the promoted operands, each written as one matmul with transpose
+    flags (no transposed copies), then summed over the batch axes each operand was broadcast
+    along."""
     a, b = ctx.inputs
-    k = a.shape[-1]
+    at = ctx.attrs
+    ta, tb = at.transpose_a, at.transpose_b
+    k = a.shape[-2] if ta else a.shape[-1]
     A = a if a.ndim > 1 else ctx.call("reshape", a, shape=(1, k))
     B = b if b.ndim > 1 else ctx.call("reshape", b, shape=(k, 1))
     g = ctx.out_grad
     batch = tuple(g.shape[:len(g.shape) - (a.ndim > 1) - (b.ndim > 1)])
-    G = ctx.call("reshape", g, shape=batch + (A.shape[-2], B.shape[-1])) \
-        if (a.ndim == 1 or b.ndim == 1) else g
-    da = ctx.call("matmul", G, _swap_last(ctx, B))
-    db = ctx.call("matmul", _swap_last(ctx, A), G)
+    m = A.shape[-1] if ta else A.shape[-2]
+    n = B.shape[-2] if tb else B.shape[-1]
+    G = ctx.call("reshape", g, shape=batch + (m, n)) if (a.ndim == 1 or b.ndim == 1) else g
+
+    def mm(x, y, tx, ty):
+        return ctx.call("matmul", x, y, transpose_a=tx, transpose_b=ty, alpha=at.alpha)
+    da = mm(B, G, tb, True) if ta else mm(G, B, False, not tb)
+    db = mm(G, A, True, ta) if tb else mm(A, G, not ta, False)
     da = _shaped(ctx, _shaped(ctx, da, A.shape), a.shape)
     db = _shaped(ctx, _shaped(ctx, db, B.shape), b.shape)
     return da, db

@@ -1,5 +1,6 @@
-"""The GEMM family: dense (TVM's layout, with a fused epilogue), matmul (NumPy's semantics) and
-batch_matmul (optionally transposed operands), all on one set of GEMM kernels.
+"""The GEMM family: dense and linear (TVM's and PyTorch's layout, one operator, with a fused
+epilogue), matmul (NumPy's semantics) and batch_matmul (transposed operands and alpha on both),
+all on one set of GEMM kernels.
 
 Every call is one problem: C[b] (m x n) = A[b] (m x k) * B[b] (k x n) over the (broadcast)
 batch dimensions b, where each operand lies in memory along k or along its own axis
@@ -63,30 +64,41 @@ class DenseAttrs:
             object.__setattr__(self, "out_dtype", dtype_name(self.out_dtype, "out_dtype", DTYPES))
 
 
+def _gemm_attrs(attrs) -> None:
+    object.__setattr__(attrs, "allow_tf32", tf32_attr(attrs.allow_tf32))
+    object.__setattr__(attrs, "transpose_a", require_bool("transpose_a", attrs.transpose_a))
+    object.__setattr__(attrs, "transpose_b", require_bool("transpose_b", attrs.transpose_b))
+    object.__setattr__(attrs, "alpha", _epilogue.check_scale("alpha", attrs.alpha))
+
+
 @dataclass(frozen=True)
 class MatmulAttrs:
-    """matmul follows NumPy's semantics; allow_tf32: float32 operands may be rounded to TF32
-    for tensor cores (None: the GPUCG_ALLOW_TF32 knob, off by default)."""
+    """matmul follows NumPy's semantics; transpose_a / transpose_b: the operand's last two axes
+    are read swapped (in place, no copy); alpha scales the product (in the kernel's epilogue);
+    allow_tf32: float32 operands may be rounded to TF32 for tensor cores (None: the
+    GPUCG_ALLOW_TF32 knob, off by default)."""
 
     allow_tf32: bool | None = added_attr(None, before=False)
+    transpose_a: bool = added_attr(False, before=False)
+    transpose_b: bool = added_attr(False, before=False)
+    alpha: float = added_attr(1.0, before=1.0)
 
     def __post_init__(self):
-        object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
+        _gemm_attrs(self)
 
 
 @dataclass(frozen=True)
 class BatchMatmulAttrs:
-    """Attributes of batch_matmul: whether a is (B, k, m) and b is (B, n, k); allow_tf32 as
-    matmul's."""
+    """Attributes of batch_matmul: whether a is (..., k, m) and b is (..., n, k); alpha scales
+    the product; allow_tf32 as matmul's."""
 
     transpose_a: bool = False
     transpose_b: bool = False
     allow_tf32: bool | None = added_attr(None, before=False)
+    alpha: float = added_attr(1.0, before=1.0)
 
     def __post_init__(self):
-        object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
-        object.__setattr__(self, "transpose_a", require_bool("transpose_a", self.transpose_a))
-        object.__setattr__(self, "transpose_b", require_bool("transpose_b", self.transpose_b))
+        _gemm_attrs(self)
 
 
 @dataclass(frozen=True)
@@ -121,45 +133,59 @@ def _align(shape, rank):
     return (1,) * (rank - len(shape)) + tuple(shape)
 
 
+def _batch(op: str, a_shape, b_shape, an: str, bn: str) -> tuple:
+    a_b, b_b = a_shape[:-2], b_shape[:-2]
+    try:
+        return broadcast_shapes(op, TensorType(a_b, "float32"), TensorType(b_b, "float32"))
+    except InputError:
+        raise InputError(f"{op}: the batch dimensions of {an} (shape {a_shape}) and {bn} (shape "
+                         f"{b_shape}) do not broadcast: {a_b} against {b_b}; allowed: NumPy's "
+                         "broadcasting (equal sizes, or 1)") from None
+
+
 def problem(op: str, a_shape, b_shape, attrs) -> Problem:
-    """The GEMM of an operator call from its operand shapes (ints or SymPy expressions)."""
+    """The GEMM of an operator call from its operand shapes (ints or SymPy expressions).
+
+    dense folds the data's leading dimensions into m (the data is contiguous, so (..., k) is
+    (m, k) as it lies); matmul and batch_matmul broadcast their batch dimensions (NumPy's
+    rules) and read a transposed operand in place (it lies along m or n rather than k)."""
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
     if op == "dense":
-        for name, s in (("data", a_shape), ("weight", b_shape)):
-            if len(s) != 2:
-                dims = "(m, k)" if name == "data" else "(n, k)"
-                raise InputError(f"dense: {name} must have rank 2 {dims}, got shape {s}")
-        (m, ak), (n, bk) = a_shape, b_shape
-        return Problem((), (), (), m, n, ak, ak, bk, True, True, (m, n))
-    if op == "batch_matmul":
-        for name, s in (("a", a_shape), ("b", b_shape)):
-            if len(s) != 3:
-                raise InputError(f"batch_matmul: {name} must have rank 3 (batch, rows, columns), "
-                                 f"got shape {s}")
-        batch = broadcast_shapes("batch_matmul", TensorType(a_shape[:1], "float32"),
-                                 TensorType(b_shape[:1], "float32"))
-        m, ak = (a_shape[2], a_shape[1]) if attrs.transpose_a else a_shape[1:]
-        bk, n = (b_shape[2], b_shape[1]) if attrs.transpose_b else b_shape[1:]
-        return Problem(batch, a_shape[:1], b_shape[:1], m, n, ak, ak, bk,
-                       not attrs.transpose_a, attrs.transpose_b, batch + (m, n))
-    # matmul: NumPy's rules, 1-D operands promoted and the unit axis dropped from the result
-    if not a_shape or not b_shape:
-        raise InputError(f"matmul: a and b must have rank >= 1, got shapes {a_shape} and {b_shape}")
-    m, ak = (1, a_shape[0]) if len(a_shape) == 1 else a_shape[-2:]
-    bk, n = (b_shape[0], 1) if len(b_shape) == 1 else b_shape[-2:]
-    a_b, b_b = a_shape[:-2], b_shape[:-2]
-    batch = broadcast_shapes("matmul", TensorType(a_b, "float32"), TensorType(b_b, "float32"))
+        if len(a_shape) < 1 or len(b_shape) != 2:
+            name, s, want = (("data", a_shape, "rank >= 1 (..., k)") if len(a_shape) < 1
+                             else ("weight", b_shape, "rank 2 (n, k)"))
+            raise InputError(f"dense: {name} has shape {s}; allowed: {want}")
+        (n, bk), ak = b_shape, a_shape[-1]
+        m = product(a_shape[:-1])
+        return Problem((), (), (), m, n, ak, ak, bk, True, True, a_shape[:-1] + (n,))
+    ta, tb = attrs.transpose_a, attrs.transpose_b
+    for name, s, t in (("a", a_shape, ta), ("b", b_shape, tb)):
+        low = 2 if op == "batch_matmul" or t else 1
+        if len(s) < low:
+            why = f"transpose_{name}=True" if t and op == "matmul" else op
+            raise InputError(f"{op}: {name} has shape {s}; allowed for {why}: rank >= {low} "
+                             "(..., rows, columns)")
+    if len(a_shape) == 1:
+        m, ak = 1, a_shape[0]
+    else:
+        m, ak = (a_shape[-1], a_shape[-2]) if ta else a_shape[-2:]
+    if len(b_shape) == 1:
+        bk, n = b_shape[0], 1
+    else:
+        bk, n = (b_shape[-1], b_shape[-2]) if tb else b_shape[-2:]
+    batch = _batch(op, a_shape, b_shape, "a", "b")
     out = batch + ((m,) if len(a_shape) > 1 else ()) + ((n,) if len(b_shape) > 1 else ())
-    return Problem(batch, _align(a_b, len(batch)), _align(b_b, len(batch)), m, n, ak, ak, bk,
-                   True, len(b_shape) == 1, out)
+    return Problem(batch, _align(a_shape[:-2], len(batch)), _align(b_shape[:-2], len(batch)),
+                   m, n, ak, ak, bk, not ta, tb or len(b_shape) == 1, out)
 
 
-def _inner_rule(op: str, p: Problem, a_name: str, b_name: str):
+def _inner_rule(op: str, p: Problem, a_name: str, b_name: str, a_shape=(), b_shape=()):
     same = sympy.Eq(sympy.sympify(p.a_k), sympy.sympify(p.b_k))
     message = (f"{op}: inner dimensions do not match: {a_name} has {{}} along k but {b_name} "
                "has {}")
     if same is sympy.false:
-        raise InputError(message.format(p.a_k, p.b_k))
+        raise InputError(message.format(p.a_k, p.b_k) + f" (shapes {tuple(a_shape)} and "
+                         f"{tuple(b_shape)}); allowed: equal sizes along k")
     return [] if same is sympy.true else [Constraint(same, message, (p.a_k, p.b_k))]
 
 
@@ -178,7 +204,7 @@ def _check(op: str, inputs, attrs):
         raise DTypeError(f"{op}: {an} and {bn} must have the same dtype, got {a.dtype} and "
                          f"{b.dtype} (mixed dtypes; convert one first)")
     p = problem(op, a.shape, b.shape, attrs)
-    rules = _inner_rule(op, p, an, bn)
+    rules = _inner_rule(op, p, an, bn, a.shape, b.shape)
     out = TensorType(p.out_shape, getattr(attrs, "out_dtype", None) or a.dtype)
     if len(inputs) >= 3:
         bias = inputs[2]
@@ -205,11 +231,9 @@ def reference(op: str):
         x, w = a.astype(np.float64), b.astype(np.float64)
         if op == "dense":
             y = x @ w.T
-        elif op == "batch_matmul":
-            y = np.matmul(np.swapaxes(x, 1, 2) if attrs.transpose_a else x,
-                          np.swapaxes(w, 1, 2) if attrs.transpose_b else w)
-        else:
-            y = np.matmul(x, w)
+        else:  # float64 products of the operands as the user sees them, then alpha
+            y = np.matmul(np.swapaxes(x, -1, -2) if attrs.transpose_a else x,
+                          np.swapaxes(w, -1, -2) if attrs.transpose_b else w) * attrs.alpha
         y = np.array(y, np.float64)
         if extra:
             y = _epilogue.apply(y, extra[0], extra[1] if extra[1:] else None, attrs)
@@ -236,6 +260,8 @@ def _cases(op: str):
                     Case((t((1024, 1024), "float32"), t((1024, 1024), "float32")), {}, "bench",
                          "square 1024"),
                     Case((t((1, 7), "float32"), t((5, 7), "float32")), {}, "small", "m = 1"),
+                    Case((t((2, 3, 7), "float32"), t((5, 7), "float32"), t((5,), "float32")), {},
+                         "small", "leading dimensions (2, 3) folded into m"),
                     Case((t((33, 65), "float32"), t((17, 65), "float32"), t((17,), "float32")),
                          {"activation": "relu"}, "small", "odd sizes, bias + relu"),
                     Case((t((3, 2049), "float64"), t((9, 2049), "float64")), {}, "small",
@@ -256,18 +282,26 @@ def _cases(op: str):
                     Case((t((3, 1, 5, 7), "float32"), t((2, 7, 4), "float32")), {}, "small",
                          "broadcast batch"),
                     Case((t((7,), "float64"), t((7, 3), "float64")), {}, "small", "1-D a"),
+                    Case((t((2, 1, 9, 5), "float32"), t((3, 6, 9), "float32")),
+                         {"transpose_a": True, "transpose_b": True, "alpha": -1.5}, "small",
+                         "broadcast batch, both transposed, alpha"),
                     Case((t((2048, 1024), "float16"), t((1024, 2048), "float16")), {}, "bench",
                          "float16, B along n (ldmatrix .trans)")]
         return [Case((t((64, 128, 64), "float32"), t((64, 64, 128), "float32")), {}, "bench",
                      "(64, 128, 64) x (64, 64, 128)"),
                 Case((t((3, 9, 5), "float32"), t((1, 4, 9), "float32")),
-                     {"transpose_a": True, "transpose_b": True}, "small", "transposed, batch 1")]
+                     {"transpose_a": True, "transpose_b": True}, "small", "transposed, batch 1"),
+                Case((t((2, 3, 5, 16), "float32"), t((1, 3, 7, 16), "float32")),
+                     {"transpose_b": True, "alpha": 0.25}, "small",
+                     "attention scores: 4-D, a batch of 1 broadcast, k^T read in place, alpha")]
     return cases
 
 
-_DOCS = {"dense": "data (m, k) times weight (n, k) transposed, with a fused epilogue.",
-         "matmul": "Matrix product with NumPy's semantics (1-D promotion, broadcast batch).",
-         "batch_matmul": "Batched matrix product, a and b optionally transposed."}
+_DOCS = {"dense": "data (..., k) times weight (n, k) transposed, with a fused epilogue.",
+         "matmul": "Matrix product with NumPy's semantics (1-D promotion, broadcast batch), "
+                   "optionally transposed operands and alpha.",
+         "batch_matmul": "Batched matrix product over broadcast batch dimensions, a and b "
+                         "optionally transposed, alpha."}
 
 for _op, _attrs in (("dense", DenseAttrs), ("matmul", MatmulAttrs),
                     ("batch_matmul", BatchMatmulAttrs)):
@@ -291,16 +325,20 @@ def dense(data, weight, bias=None, activation=None, out_dtype=None, *, residual=
     """``alpha * data @ weight.T + bias``, activated, plus ``beta * residual`` (TVM's dense).
 
     Args:
-        data: (m, k); weight: (n, k); float16, bfloat16, float32 or float64, the same dtype.
+        data: (..., k): any leading dimensions, folded into the GEMM's rows without a copy;
+            weight: (n, k); float16, bfloat16, float32 or float64, the same dtype.
         bias: None or (n,), the data's dtype.
         activation: None, "relu", "gelu" (erf form), "gelu_tanh", "sigmoid" or "tanh".
         out_dtype: the output dtype (default: the data's); float16 and bfloat16 sum in float32.
-        residual: None or (m, n) of the output dtype, times beta, added after the activation
-            (residual_position "after") or before it ("before"). Without a bias, a zero bias
-            is passed.
+        residual: None or (..., n) (the output's shape) of the output dtype, times beta, added
+            after the activation (residual_position "after") or before it ("before"). Without
+            a bias, a zero bias is passed.
         target: "cuda", "opencl", "numpy" or None for the default target.
         allow_tf32: float32 operands may be rounded to TF32 for tensor cores (None: the
             GPUCG_ALLOW_TF32 knob, off by default).
+
+    Returns:
+        (..., n): the data's leading dimensions, then the weight's rows.
     """
     n = weight.shape[0] if len(weight.shape) == 2 else 0
     arrays = _epilogue.with_residual((data, weight), bias, residual, n, data.dtype)
@@ -309,21 +347,39 @@ def dense(data, weight, bias=None, activation=None, out_dtype=None, *, residual=
                 **_tf32_kw(allow_tf32))
 
 
+def linear(x, weight, bias=None, *, activation=None, target=None, allow_tf32=None):
+    """``x @ weight.T + bias`` with PyTorch's convention (torch.nn.functional.linear): weight is
+    (out_features, in_features), x is (..., in_features), the result (..., out_features).
+
+    This is :func:`dense` itself (TVM's dense stores its weight as (n, k) = (out, in) too), so
+    the leading dimensions fold into the GEMM without a copy and the bias and ``activation``
+    are fused into its epilogue.
+    """
+    return dense(x, weight, bias, activation, target=target, allow_tf32=allow_tf32)
+
+
 def _tf32_kw(allow_tf32) -> dict:
     return {} if allow_tf32 is None else {"allow_tf32": allow_tf32}
 
 
-def matmul(a, b, *, target=None, allow_tf32=None):
-    """The matrix product with NumPy's semantics (np.matmul): 1-D operands are promoted and
-    their unit axis dropped, batch dimensions broadcast. allow_tf32 as dense's."""
-    return call("matmul", (a, b), target=target, **_tf32_kw(allow_tf32))
+def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, *, target=None,
+           allow_tf32=None):
+    """``alpha * a @ b`` with NumPy's semantics (np.matmul): 1-D operands are promoted and their
+    unit axis dropped, batch dimensions broadcast. transpose_a / transpose_b swap the last two
+    axes of a / b (each then of rank >= 2), read in place by the kernels; alpha is applied in
+    the kernel's epilogue. allow_tf32 as dense's."""
+    return call("matmul", (a, b), target=target, transpose_a=transpose_a,
+                transpose_b=transpose_b, alpha=alpha, **_tf32_kw(allow_tf32))
 
 
-def batch_matmul(a, b, transpose_a=False, transpose_b=False, *, target=None, allow_tf32=None):
-    """Batched product of a (B, m, k) and b (B, k, n) (a batch of 1 broadcasts); with
-    transpose_a, a is (B, k, m); with transpose_b, b is (B, n, k); allow_tf32 as dense's."""
+def batch_matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0, *, target=None,
+                 allow_tf32=None):
+    """``alpha * a @ b`` over batches: a (..., m, k) and b (..., k, n), of rank >= 2, their batch
+    dimensions broadcast as NumPy's (a batch of 1 is read again for every batch, with a zero
+    stride, not copied); with transpose_a, a is (..., k, m); with transpose_b, b is (..., n, k)
+    (attention's q @ k^T); allow_tf32 as dense's."""
     return call("batch_matmul", (a, b), target=target, transpose_a=transpose_a,
-                transpose_b=transpose_b, **_tf32_kw(allow_tf32))
+                transpose_b=transpose_b, alpha=alpha, **_tf32_kw(allow_tf32))
 
 
 # -- gradients, written with registered operators (gpucg/ops/_grads.py) ---------------------------

@@ -257,12 +257,16 @@ def fused(expr) -> Fused:
 
 
 def reshape(x, shape, *, target=None):
-    """x with a new shape (one entry may be -1), as a contiguous copy."""
+    """x with a new shape (one entry may be -1): a view of x (no kernel, no copy: a NumPy view,
+    a pyopencl array over the same buffer) where its strides allow, else a copy made on x's
+    device. impl="ew_contiguous" forces the copy kernel."""
     return call("reshape", (x,), target=target, shape=tuple(shape))
 
 
 def transpose(x, axes=None, *, target=None):
-    """x with its axes permuted (None reverses them), as a contiguous copy."""
+    """x with its axes permuted (None reverses them), as a strided view of x (no kernel, no
+    copy). Operators that read strides take it in place; the others get it made contiguous on
+    its device. impl="ew_strided" forces the contiguous copy kernel."""
     return call("transpose", (x,), target=target, axes=axes)
 
 

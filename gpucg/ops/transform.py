@@ -289,17 +289,20 @@ def take(x, indices, axis=None, *, target=None):
 
 
 def flatten(x, axis=1, *, target=None):
-    """x as 2-D (prod(x.shape[:axis]), prod(x.shape[axis:])) (ONNX Flatten), as a copy."""
+    """x as 2-D (prod(x.shape[:axis]), prod(x.shape[axis:])) (ONNX Flatten): a view of x (no
+    kernel, no copy) where its strides allow, else a copy made on x's device."""
     return call("flatten", (x,), target=target, axis=axis)
 
 
 def squeeze(x, axis=None, *, target=None):
-    """x without its axes of size 1 (``axis``: only those, each of size 1), as a copy."""
+    """x without its axes of size 1 (``axis``: only those, each of size 1): a view of x
+    where its strides allow, else a copy made on x's device."""
     return call("squeeze", (x,), target=target, axis=axis)
 
 
 def expand_dims(x, axis, *, target=None):
-    """x with a new axis of size 1 at each position of ``axis`` (np.expand_dims), as a copy."""
+    """x with a new axis of size 1 at each position of ``axis`` (np.expand_dims): a view of x
+    where its strides allow, else a copy made on x's device."""
     return call("expand_dims", (x,), target=target, axis=axis)
 
 

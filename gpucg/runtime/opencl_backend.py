@@ -24,6 +24,26 @@ from .cache import DiskCache, cache_key
 log = logging.getLogger("gpucg.runtime")
 
 _PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
+_UNITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong", 16: "ulong2"}
+_GATHER_WG = 256
+
+
+def gather_source(itemsize: int, rank: int) -> str:
+    """A kernel copying a strided view of ``rank`` dimensions into a contiguous buffer: one
+    work-item per element, its index decoded over the sizes s_r (innermost last) into the
+    view's element strides st_r from element offset off. Elements move as unsigned integers of
+    their size (any dtype, bits unchanged)."""
+    t = _UNITS[itemsize]
+    dims = "".join(f", const long s{r}, const long st{r}" for r in range(rank))
+    walk = "".join(f"    at += (rem % s{r}) * st{r};\n    rem /= s{r};\n"
+                   for r in reversed(range(rank)))
+    return (f"/* gpucg: a strided view of {rank} dimension(s) made contiguous on the device, "
+            f"{itemsize}-byte elements; grid = ceil(n / {_GATHER_WG}) work-groups of "
+            f"{_GATHER_WG} */\n"
+            f"__kernel void gpucg_gather_{itemsize}_{rank}(__global const {t}* restrict x, "
+            f"__global {t}* restrict y, const long n, const long off{dims})\n{{\n"
+            "    const long i = get_global_id(0);\n    if (i >= n) return;\n"
+            f"    long rem = i, at = off;\n{walk}    y[i] = x[at];\n}}\n")
 
 #: a host array is used in place only where its address is a multiple of this (and of its
 #: element size). A kernel that loads wider vector types (a double4 needs 32 bytes: the
@@ -87,7 +107,11 @@ class OpenCLProgram(Program):
             for a in args:
                 if type(a) is DeviceArray and a.host is not None:
                     self.backend.align_borrowed(a, self.align)
-        raw = [a.data if isinstance(a, (DeviceArray, self.backend.cla.Array)) else a for a in args]
+        # a pyopencl array passes its buffer's start: an offset reaches only kernels that take
+        # it as an argument (CompiledOp.prepare makes the inputs of the others contiguous)
+        cla = self.backend.cla
+        raw = [a.data if isinstance(a, DeviceArray) else a.base_data if isinstance(a, cla.Array)
+               else a for a in args]
         try:
             self.kernel(self.backend.queue, (grid * block,), (block,), *raw)
         except cl.Error as exc:
@@ -240,6 +264,7 @@ class OpenCLBackend(Backend):
         for d in shape:
             size *= d
         buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, max(size * dtype.itemsize, 1))
+        stats.bump("buffers")
         return DeviceArray(buf, shape, dtype, fresh=True)
 
     def to_device(self, array):
@@ -250,6 +275,7 @@ class OpenCLBackend(Backend):
             return self.empty(array.shape, array.dtype)
         mf = self.cl.mem_flags
         buf = self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
+        stats.bump("buffers")
         stats.bump("uploads")
         return DeviceArray(buf, array.shape, array.dtype)
 
@@ -277,6 +303,9 @@ class OpenCLBackend(Backend):
     def to_host(self, array):
         if isinstance(array, np.ndarray):
             return array
+        if not isinstance(array, DeviceArray) and not (array.flags.c_contiguous
+                                                        and array.offset == 0):
+            array = self.contiguous(array)  # a view: gathered on the device, then one read
         if isinstance(array, DeviceArray):
             if array.fresh and self.shares_host and array.nbytes >= MAP_MIN_BYTES:
                 # the host sees the buffer's own memory: map it (unmapped when the array dies)
@@ -324,8 +353,31 @@ class OpenCLBackend(Backend):
             return array
         if array.flags.c_contiguous and array.offset == 0:
             return array
-        # pyopencl cannot copy a strided view on the device; go through the host once
-        return self.to_device(array.get())
+        return self._gather(array)
+
+    def _gather(self, array):
+        """A contiguous copy of a pyopencl view (an offset, strides), made on the device: one
+        buffer copy where the view is contiguous, else the strided gather kernel."""
+        dtype = np.dtype(array.dtype)
+        out = self.empty(array.shape, dtype)
+        stats.bump("device_copies")
+        if out.nbytes == 0:
+            return out
+        if array.flags.c_contiguous:
+            self.cl.enqueue_copy(self.queue, out.data, array.base_data, byte_count=out.nbytes,
+                                 src_offset=array.offset)
+            return out
+        item = dtype.itemsize
+        dims = [(int(n), int(st)) for n, st in zip(array.shape, array.strides) if n != 1]
+        if item not in _UNITS or array.offset % item or any(st % item for _, st in dims):
+            raise LaunchError(f"a pyopencl view of dtype {dtype} with byte strides "
+                              f"{array.strides} and offset {array.offset} is not aligned to "
+                              "its elements; gpucg copies views whose strides are whole elements")
+        prog = self.compile(gather_source(item, len(dims)), f"gpucg_gather_{item}_{len(dims)}")
+        args = [np.int64(a) for n, st in dims for a in (n, st // item)]
+        prog(array.base_data, out.data, np.int64(out.size), np.int64(array.offset // item),
+             *args, grid=-(-out.size // _GATHER_WG), block=_GATHER_WG)
+        return out
 
     def synchronize(self) -> None:
         if self._ready:

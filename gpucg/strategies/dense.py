@@ -25,13 +25,13 @@ import sympy
 from ..codegen import dialect_for
 from ..half import half_format
 from ..space import ConfigSpace
-from ..implementation import Kernel, host_impl, kernel_impl
+from ..implementation import Kernel, host_impl, kernel_impl, reads_strides
 from ..ops import _epilogue
 from ..ops.dense import DenseAttrs, problem
 from ..runtime.base import ceil_div
 from ..strategy import Strategy
 from .gemm_tile import fill_device, gemm_space, sm_count, vector_needs, work_group
-from . import gemm_mma
+from . import gemm_layout, gemm_mma
 
 GEMV_MAX_M = 16
 SPLITK_MAX_MN = 2 ** 18
@@ -53,55 +53,63 @@ class GemmInfo:
 
 
 def merge_batch(p) -> tuple:
-    """The output's batch axes merged into runs where each operand is present throughout or
-    broadcast throughout (so one stride per run suffices); axes of size 1 are dropped."""
-    runs = []
-    for axis, (size, a, b) in enumerate(zip(p.batch, p.a_batch, p.b_batch)):
-        if size == 1:
-            continue
-        has = (a != 1, b != 1)
-        if runs and runs[-1][1] == has:
-            runs[-1] = (runs[-1][0] + (axis,), has)
-        else:
-            runs.append(((axis,), has))
-    return tuple(runs)
+    """The output's batch axes the kernels walk: every axis of size other than 1, each with,
+    per operand, whether it has it (else it is broadcast: stride 0). Axes are not merged, so
+    each operand's stride along each comes from the array itself (a strided view)."""
+    return tuple(((axis,), (a != 1, b != 1))
+                 for axis, (size, a, b) in enumerate(zip(p.batch, p.a_batch, p.b_batch))
+                 if size != 1)
+
+
+def _operands(ctx, p):
+    """The arrays the kernels read and the layout arguments: per batch axis its size and the
+    operands' strides, then each operand's first element and leading dimension. An operand the
+    kernels cannot read in place is made contiguous on its device first; the bias and the
+    residual always are (the epilogue reads them packed)."""
+    axes = tuple(g[0][0] for g in ctx.info.groups)
+    a, b, *extra = ctx.inputs
+    fold = ctx.info.op == "dense"
+    lay = []
+    for x, folds in ((a, fold), (b, False)):
+        got = gemm_layout.operand(x, len(p.batch), axes, folds)
+        if got is None:  # a layout the kernels cannot walk: packed on its device first
+            x = ctx.backend.contiguous(x)
+            got = gemm_layout.operand(x, len(p.batch), axes, folds)
+        lay.append((x, got))
+    (a, (oa, lda, sa)), (b, (ob, ldb, sb)) = lay
+    s = ctx.size
+    args = [v for i, axis in enumerate(axes) for v in (s(p.batch[axis]), s(sa[i]), s(sb[i]))]
+    args += [s(oa), s(lda), s(ob), s(ldb)]
+    arrays = (a, b) + tuple(ctx.backend.contiguous(e) for e in extra)
+    return arrays, args, (oa, lda, sa, ob, ldb, sb)
 
 
 def _sizes(ctx):
-    """(m, n, k, batch size, batch arguments) of the call, from the arrays' shapes."""
+    """(m, n, k, batch size, the arrays, the layout arguments, the layouts) of the call."""
     a, b = ctx.inputs[0], ctx.inputs[1]
     p = problem(ctx.info.op, a.shape, b.shape, ctx.attrs)
-    a_mat, b_mat = p.m * p.k, p.k * p.n
-
-    def stride(shape, axis, mat):
-        return int(np.prod(shape[axis + 1:], dtype=np.int64)) * mat
-
-    args = []
-    for axes, (a_has, b_has) in ctx.info.groups:
-        size = int(np.prod([p.batch[x] for x in axes], dtype=np.int64))
-        args += [ctx.size(size), ctx.size(stride(p.a_batch, axes[-1], a_mat) if a_has else 0),
-                 ctx.size(stride(p.b_batch, axes[-1], b_mat) if b_has else 0)]
     nb = int(np.prod(p.batch, dtype=np.int64))
-    return p.m, p.n, p.k, nb, args
+    arrays, args, lay = _operands(ctx, p)
+    return int(p.m), int(p.n), int(p.k), nb, arrays, args, lay
 
 
 def _tiled_run(ctx, gemm) -> None:
-    m, n, k, nb, args = _sizes(ctx)
+    m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
     grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
-    gemm(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), *args, grid=grid, block=work_group(c))
+    gemm(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=grid, block=work_group(c))
 
 
 def _gemv_run(ctx, gemv) -> None:
-    m, n, k, nb, args = _sizes(ctx)
+    m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
     cols = c["WG"] // c["KS"] * c["NC"]
-    gemv(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), *args, grid=nb * ceil_div(n, cols),
+    gemv(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=nb * ceil_div(n, cols),
          block=c["WG"])
 
 
 def _splitk_run(ctx, partial, reduce) -> None:
-    m, n, k, nb, args = _sizes(ctx)
+    m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
     tiles = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
     slices = max(1, min(ceil_div(k, 4 * c["BK"]), ceil_div(ctx.info.splitk_groups, max(tiles, 1)),
@@ -111,7 +119,7 @@ def _splitk_run(ctx, partial, reduce) -> None:
     total = nb * m * n
     part = ctx.empty((slices * total,), np.float64 if ctx.fixed["acc_t"] == "double"
                      else np.float32)
-    a, b, *extra = ctx.inputs
+    a, b, *extra = arrays
     partial(a, b, part, s(m), s(n), s(k), s(nb), np.int32(kc), *args, grid=slices * tiles,
             block=work_group(c))
     wg = SPLITK_REDUCE_WG
@@ -120,54 +128,51 @@ def _splitk_run(ctx, partial, reduce) -> None:
 
 
 def _mma_run(ctx, gemm) -> None:
-    m, n, k, nb, args = _sizes(ctx)
+    m, n, k, nb, arrays, args, lay = _sizes(ctx)
     c, s = ctx.config, ctx.size
     grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
     threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
     out = ctx.outputs[0]
-    flags = gemm_mma.vector_ok(ctx, m, n, k) | gemm_mma.pairs_ok(out, n) << 1
-    gemm(*ctx.inputs, out, s(m), s(n), s(k), *args, np.int32(flags), grid=grid, block=threads)
+    flags = gemm_mma.vector_ok(ctx, arrays, m, n, k, lay) | gemm_mma.pairs_ok(out, n) << 1
+    gemm(*arrays, out, s(m), s(n), s(k), *args, np.int32(flags), grid=grid, block=threads)
 
 
-GEMM_MMA = kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
+GEMM_MMA = reads_strides(kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
     "dense/gemm_mma.j2", doc="tensor-core tiles (mma.sync, ldmatrix, cp.async stages), the "
     "fused epilogue",
     low_occupancy=lambda p: ("TF32 on sm_90 needs 140 registers a thread for its 8 warps of "
                              "32 x 32 (capped at 128 by __launch_bounds__ it spills): one block "
-                             "an SM" if p.get("kind") == "tf32" else "")))
-GEMM_TILED = kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
-    "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue"))
-GEMV = kernel_impl("gemv", _gemv_run, gemv=Kernel(
-    "dense/gemv.j2", doc="a few output columns a work-group, K split over its work-items"))
-GEMM_SPLITK = kernel_impl(
+                             "an SM" if p.get("kind") == "tf32" else ""))))
+GEMM_TILED = reads_strides(kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
+    "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue")))
+GEMV = reads_strides(kernel_impl("gemv", _gemv_run, gemv=Kernel(
+    "dense/gemv.j2", doc="a few output columns a work-group, K split over its work-items")))
+GEMM_SPLITK = reads_strides(kernel_impl(
     "gemm_splitk", _splitk_run,
     partial=Kernel("dense/gemm.j2", {"splitk": True, "has_bias": False, "has_residual": False},
                    doc="one slice of K of one output tile"),
     reduce=Kernel("dense/splitk_reduce.j2", {"wg": SPLITK_REDUCE_WG},
-                  doc="the slices added, the epilogue, the store"))
+                  doc="the slices added, the epilogue, the store")))
 
 
 def _host_run(ctx):
     a, b, *extra = ctx.inputs
     acc = np.float64 if a.dtype == np.float64 else np.float32
     x, w = a.astype(acc, copy=False), b.astype(acc, copy=False)
-    op = ctx.info.op
-    if op == "dense":
-        y = np.matmul(x, w.T)
-    elif op == "batch_matmul":
-        y = np.matmul(np.swapaxes(x, 1, 2) if ctx.attrs.transpose_a else x,
-                      np.swapaxes(w, 1, 2) if ctx.attrs.transpose_b else w)
-    else:
-        y = np.matmul(x, w)
-    y = np.asarray(y)
-    if op == "dense":
+    attrs = ctx.attrs
+    if ctx.info.op == "dense":  # np.matmul takes the leading dimensions as they are
+        y = np.asarray(np.matmul(x, w.T))
         y = _epilogue.apply(y, extra[0] if extra else None, extra[1] if extra[1:] else None,
-                            ctx.attrs)
-    return y.astype(ctx.attrs.out_dtype or a.dtype if op == "dense" else a.dtype, copy=False)
+                            attrs)
+        return y.astype(attrs.out_dtype or a.dtype, copy=False)
+    y = np.asarray(np.matmul(np.swapaxes(x, -1, -2) if attrs.transpose_a else x,
+                             np.swapaxes(w, -1, -2) if attrs.transpose_b else w))
+    if attrs.alpha != 1.0:
+        y *= y.dtype.type(attrs.alpha)
+    return y.astype(a.dtype, copy=False)
 
 
-NUMPY_MATMUL = host_impl("numpy_matmul", _host_run)
-_NO_EPILOGUE = DenseAttrs()  # matmul and batch_matmul: z = acc
+NUMPY_MATMUL = host_impl("numpy_matmul", _host_run, strided=True)  # np.matmul reads views
 
 
 def params(op, attrs, inputs, outputs, d) -> dict:
@@ -177,12 +182,13 @@ def params(op, attrs, inputs, outputs, d) -> dict:
     dtype, out = inputs[0].dtype, outputs[0].dtype
     wide = "float64" in (dtype, out)
     acc = "float64" if wide else "float32"
-    ep = _epilogue.template_params(attrs if op == "dense" else _NO_EPILOGUE, len(inputs) >= 3,
-                                   len(inputs) >= 4, acc, d)
+    # matmul and batch_matmul: z = alpha * acc, nothing else
+    ep = _epilogue.template_params(attrs if op == "dense" else DenseAttrs(alpha=attrs.alpha),
+                                   len(inputs) >= 3, len(inputs) >= 4, acc, d)
     return dict(half=half_format(dtype), out_half=half_format(out), f64=dtype == "float64",
                 out_f64=out == "float64", acc_t="double" if wide else "float",
                 acc_dtype=acc, a_k_major=p.a_k_major,
-                b_k_major=p.b_k_major, R=len(merge_batch(p)), **ep)
+                b_k_major=p.b_k_major, R=len(merge_batch(p)), mma_ld=True, **ep)
 
 
 def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,

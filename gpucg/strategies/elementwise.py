@@ -24,6 +24,7 @@ from ..ops import _ewspec as spec, _expr, _layout as layout
 from ..ops.elementwise import expression
 from ..runtime.base import ceil_div
 from ..strategy import Strategy, only
+from .view import with_view
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ def host(op: str):
 
 _MOVES = ("reshape", "broadcast_to", "transpose", "flip")
 _OPS = [op for op in spec.ARITY if op != "identity"] + ["fused"]
-STRATEGIES = {**{op: {"gpu": ew_gpu(op), "cpu": host(op)} for op in _OPS + list(_MOVES)},
+STRATEGIES = {**{op: {"gpu": with_view(op, ew_gpu(op)), "cpu": with_view(op, host(op))}
+                   for op in _OPS + list(_MOVES)},
               "pad": {"gpu": pad_gpu, "cpu": host("pad")},
               "sum_to": {"gpu": sum_to_gpu, "cpu": host("sum_to")}}

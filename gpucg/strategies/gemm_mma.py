@@ -92,15 +92,17 @@ def base_address(array) -> int:
     return address_of(array)
 
 
-def vector_ok(ctx, m: int, n: int, k: int) -> bool:
-    """Whether this call may copy 16 bytes at a time: both base pointers 16-byte aligned (as
-    the backend reports them: gpucg.runtime.alignment_of) and every row (the operands'
-    contiguous dimensions) a whole number of 16-byte chunks."""
-    a, b = ctx.inputs[0], ctx.inputs[1]
+def vector_ok(ctx, arrays, m: int, n: int, k: int, layout) -> bool:
+    """Whether this call may copy 16 bytes at a time: both pointers 16-byte aligned (as the
+    backend reports them: gpucg.runtime.alignment_of), and every row (the operands' contiguous
+    dimensions), its start (first elements, leading dimensions, batch strides: ``layout``) a
+    whole number of 16-byte chunks."""
+    a, b = arrays[0], arrays[1]
     epc = 16 // a.dtype.itemsize
+    oa, lda, sa, ob, ldb, sb = layout
     a_row = k if ctx.fixed["a_k_major"] else m
     b_row = k if ctx.fixed["b_k_major"] else n
-    return bool(a_row % epc == 0 and b_row % epc == 0
+    return bool(all(v % epc == 0 for v in (a_row, b_row, oa, lda, ob, ldb, *sa, *sb))
                 and alignment_of(a) % 16 == 0 and alignment_of(b) % 16 == 0)
 
 

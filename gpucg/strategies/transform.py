@@ -26,6 +26,7 @@ from ..runtime.base import ceil_div
 from ..shape import normalize_axis
 from ..space import ConfigSpace
 from ..strategy import Strategy, only
+from .view import with_view
 
 _WG = ConfigSpace({"wg": (64, 128, 256, 512)}, {"wg": 256})
 
@@ -207,6 +208,7 @@ def host(op: str):
     return only(HOST, info=op)
 
 
-STRATEGIES = {op: {"gpu": take_gpu if op == "take" else transform_gpu(op), "cpu": host(op)}
+STRATEGIES = {op: {"gpu": with_view(op, take_gpu if op == "take" else transform_gpu(op)),
+                   "cpu": with_view(op, host(op))}
               for op in ("concatenate", "split", "strided_slice", "take", "flatten", "squeeze",
                          "expand_dims", "cast")}

@@ -53,6 +53,15 @@ class StandInArray:
         out.ptr = self.ptr + nbytes
         return out
 
+    def reshape(self, shape) -> "StandInArray":
+        """A view of another shape (views carry no memory either; CuPy's share the pointer)."""
+        out = StandInArray(shape, self.dtype)
+        out.ptr = self.ptr
+        return out
+
+    def transpose(self, axes) -> "StandInArray":
+        return self.reshape(tuple(self.shape[a] for a in axes))
+
     def __repr__(self) -> str:
         return f"StandInArray({self.shape}, {self.dtype})"
 
