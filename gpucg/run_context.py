@@ -3,12 +3,7 @@ call's attrs, config, fixed parameters, arrays) and a Launcher per kernel."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from .compiled import CompiledOp
 
 
 class Launcher:
@@ -41,7 +36,7 @@ class RunContext:
         wide: 64-bit indexing; idx: the NumPy type of size arguments.
     """
 
-    def __init__(self, compiled: "CompiledOp", index: int, inputs, out_shapes, wide: bool):
+    def __init__(self, compiled, index: int, inputs, out_shapes, wide: bool):
         choice = compiled.selection.choices[index]
         self.compiled = compiled
         self.index = index
