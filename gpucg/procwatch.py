@@ -104,3 +104,30 @@ class Progress:
     def describe(self) -> str:
         return (f"no output and no CPU time for {time.monotonic() - self._since:.0f} s "
                 f"(the guard allows {self.idle:g} s)")
+
+
+def run(args, idle: float = 600, poll: float = 1.0, check: bool = False, **kwargs):
+    """``subprocess.run(args, capture_output=True, text=True, **kwargs)`` guarded by progress, not
+    by a wall-clock budget: the child is killed (``subprocess.TimeoutExpired``) only once it has
+    written nothing and used no CPU time for ``idle`` seconds; a slow one runs to the end."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gpucg-procwatch-") as tmp:
+        paths = [Path(tmp) / "stdout", Path(tmp) / "stderr"]
+        with open(paths[0], "w") as out, open(paths[1], "w") as err:
+            child = subprocess.Popen(args, stdout=out, stderr=err, text=True, **kwargs)
+            watch = Progress(child.pid, idle, paths)
+            while child.poll() is None:
+                if watch.stalled():
+                    child.kill()
+                    child.wait()
+                    raise subprocess.TimeoutExpired(args, idle, output=paths[0].read_text(),
+                                                    stderr=f"{watch.describe()}\n"
+                                                    + paths[1].read_text())
+                time.sleep(poll)
+        done = subprocess.CompletedProcess(args, child.returncode, paths[0].read_text(),
+                                           paths[1].read_text())
+    if check:
+        done.check_returncode()
+    return done

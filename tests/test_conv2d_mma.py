@@ -9,7 +9,6 @@ height and width, so one kernel runs every size.
 """
 
 import json
-import subprocess
 import sys
 import textwrap
 
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 import gpucg
+from gpucg import procwatch
 from gpucg.ops.conv2d import Conv2dAttrs, reference_conv
 from gpucg.strategies import conv2d_mma, gemm_mma
 from gpucg.verify import nvrtc
@@ -195,8 +195,7 @@ def test_explain_on_the_command_line(dl):
     args = ["explain", "conv2d", "--input", f"{x}:float16", "--input", f"{w}:float16", "--attr",
             "padding=1", "--attr", f"data_layout={dl}", "--attr",
             f"kernel_layout={'OIHW' if dl == 'NCHW' else 'HWIO'}", "--target", "cuda"]
-    out = subprocess.run([sys.executable, "-c", "from gpucg.cli import main; main()", *args],
-                         capture_output=True, text=True, timeout=300)
+    out = procwatch.run([sys.executable, "-c", "from gpucg.cli import main; main()", *args])
     lines = out.stdout.splitlines()
     assert "direct_mma.cuda" in lines[2] and "h*n*w >= 256" in lines[2], out.stdout + out.stderr
     assert "winograd_mma.cuda" in lines[3], out.stdout
@@ -275,8 +274,7 @@ def test_twins_under_oclgrind_have_no_reports(oclgrind_or_skip, tmp_path):
     from gpucg.verify import oclgrind
 
     env = oclgrind.environment(tmp_path)
-    done = subprocess.run([sys.executable, "-c", OCLGRIND], env=env, capture_output=True,
-                          text=True, timeout=900)
+    done = procwatch.run([sys.executable, "-c", OCLGRIND], env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     errors = json.loads(done.stdout.strip().splitlines()[-1])
     assert max(errors) < 0.05, errors

@@ -6,7 +6,6 @@ the CUDA kernels through NVRTC and ptxas; the swizzle's requests conflict-free.
 
 import json
 import math
-import subprocess
 import sys
 import textwrap
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 import gpucg
+from gpucg import procwatch
 from gpucg.codegen.warp import swizzle  # noqa: F401 (the definition smem_requests evaluates)
 from gpucg.strategies import gemm_mma
 from gpucg.verify import nvrtc
@@ -184,13 +184,11 @@ def test_opencl_lists_the_twin_but_never_chooses_it():
 def test_explain_on_the_command_line():
     args = ["explain", "dense", "--input", "m,4096:float16", "--input", "4096,4096:float16",
             "--target", "cuda"]
-    out = subprocess.run([sys.executable, "-c", "from gpucg.cli import main; main()", *args],
-                         capture_output=True, text=True, timeout=300)
+    out = procwatch.run([sys.executable, "-c", "from gpucg.cli import main; main()", *args])
     assert "gemm_mma.cuda" in out.stdout.splitlines()[2], out.stdout + out.stderr
-    out = subprocess.run([sys.executable, "-c", "from gpucg.cli import main; main()", *args[:2],
+    out = procwatch.run([sys.executable, "-c", "from gpucg.cli import main; main()", *args[:2],
                           "--input", "512,512:float32", "--input", "512,512:float32", "--attr",
-                          "allow_tf32=1", "--target", "cuda"], capture_output=True, text=True,
-                         timeout=300)
+                          "allow_tf32=1", "--target", "cuda"])
     assert "allow_tf32=True" in out.stdout and "gemm_mma.cuda" in out.stdout, out.stderr
 
 
@@ -269,8 +267,7 @@ def test_twin_under_oclgrind_has_no_reports(oclgrind_or_skip, tmp_path):
     from gpucg.verify import oclgrind
 
     env = oclgrind.environment(tmp_path)
-    done = subprocess.run([sys.executable, "-c", OCLGRIND], env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = procwatch.run([sys.executable, "-c", OCLGRIND], env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     errors = json.loads(done.stdout.strip().splitlines()[-1])
     assert max(errors) < 0.05, errors

@@ -4,7 +4,6 @@ on the first, with data-race and API checks. Zero reports, results equal to NumP
 global memory traffic of the implementations a GPU selects no worse than tests/resources/.
 """
 
-import subprocess
 import sys
 import textwrap
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 
 import gpucg
+from gpucg import procwatch
 from gpucg.verify import oclgrind
 from gpucg.verify.baseline import compare_traffic, load, traffic_key
 
@@ -94,8 +94,7 @@ HALVES = textwrap.dedent("""
 
 def test_counts_of_a_float16_kernel_under_oclgrind(oclgrind_or_skip, tmp_path):
     env = oclgrind.environment(tmp_path, checks=False, counts=True)
-    done = subprocess.run([sys.executable, "-c", HALVES], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = procwatch.run([sys.executable, "-c", HALVES], env=env)
     assert done.returncode == 0, done.stderr
     [k] = oclgrind.parse_counts(done.stdout)
     # 64 work-items: half (2 B) + half2 (4 B) + ushort (2 B) + float4 (16 B) loaded,
@@ -124,8 +123,7 @@ RACY = textwrap.dedent("""
 
 def test_the_environment_selects_oclgrind_and_catches_a_race(oclgrind_or_skip, tmp_path):
     env = oclgrind.environment(tmp_path)
-    done = subprocess.run([sys.executable, "-c", RACY], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = procwatch.run([sys.executable, "-c", RACY], env=env)
     assert done.returncode == 0, done.stderr
     assert "Oclgrind Simulator" in done.stdout and "gpu" in done.stdout
     titles = {r.title.split(" at ")[0] for r in
@@ -137,8 +135,7 @@ def test_normal_runs_never_pick_oclgrind(oclgrind_or_skip, tmp_path):
     env = oclgrind.environment(tmp_path)
     env.pop("GPUCG_OPENCL_DEVICE")
     code = "import gpucg; print(gpucg.targets()[1].device or gpucg.targets()[1].reason)"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300).stdout
+    out = procwatch.run([sys.executable, "-c", code], env=env).stdout
     assert "Oclgrind" not in out
 
 

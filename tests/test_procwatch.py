@@ -54,3 +54,18 @@ def test_output_is_progress(tmp_path):
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_run_lets_a_slow_child_finish_and_stops_a_stuck_one():
+    """procwatch.run kills on no progress, not on elapsed time: a child that prints for longer
+    than the idle allowance finishes; one that sleeps silently is stopped, with the reason."""
+    from gpucg import procwatch
+
+    slow = "import time\nfor i in range(6):\n    print(i, flush=True); time.sleep(0.5)"
+    done = procwatch.run([sys.executable, "-c", slow], idle=2, poll=0.1)
+    assert done.returncode == 0 and done.stdout.split() == [str(i) for i in range(6)]
+    with pytest.raises(subprocess.TimeoutExpired) as err:
+        procwatch.run([sys.executable, "-c", "import time; time.sleep(60)"], idle=2, poll=0.1)
+    assert "no output and no CPU time" in err.value.stderr
+    with pytest.raises(subprocess.CalledProcessError):
+        procwatch.run([sys.executable, "-c", "raise SystemExit(3)"], check=True)

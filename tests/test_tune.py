@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import gpucg
+from gpucg import procwatch
 from gpucg import eager, settings
 from gpucg.autotune import RecordList, RecordLog, RecordsError, make_record, open_log
 from gpucg.records.apply import pick_best
@@ -181,7 +182,7 @@ def test_a_killed_tune_resumes_without_losing_or_repeating(tmp_path):
     proc.wait()
     before = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     assert 3 <= len(before) < 12
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    procwatch.run([sys.executable, "-c", code], env=env, check=True)
     after = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     assert after[:len(before)] == before  # nothing lost
     keys = [json.dumps(r["config"], sort_keys=True) for r in after]
@@ -328,14 +329,13 @@ def test_cli_tune_then_a_new_process_explains_the_tuned_choice(tmp_path):
     env = dict(os.environ, GPUCG_RECORDS=str(rec))
     call = ["cumsum", "--input", "64,1024:float32", "--attr", "axis=1", "--target", "opencl"]
     gpucg_cli = [sys.executable, "-m", "gpucg.cli"]
-    out = subprocess.run(gpucg_cli + ["tune", *call, "--trials", "3", "--plot", str(png)],
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = procwatch.run(gpucg_cli + ["tune", *call, "--trials", "3", "--plot", str(png)],
+                         env=env)
     assert out.returncode == 0, out.stderr
     assert "3/3" in out.stderr and "trial" in out.stderr  # the progress bar
     assert png.read_bytes()[:4] == b"\x89PNG"
     best = [ln for ln in out.stdout.splitlines() if "best:" in ln][0]
-    shown = subprocess.run(gpucg_cli + ["explain", *call], env=env, capture_output=True,
-                           text=True, timeout=120)
+    shown = procwatch.run(gpucg_cli + ["explain", *call], env=env)
     assert "best tuning record (record records.jsonl:" in shown.stdout
     impl = best.split("best:")[1].split()[0]
     assert f"{impl}  " in shown.stdout or f"{impl} " in shown.stdout
