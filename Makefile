@@ -42,9 +42,11 @@ torch-cpu: $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
 	    || echo "note: torch==2.13.0+cpu is not installable here; the torch interop tests skip"
 
-# The suite in TEST_WORKERS pytest-xdist processes (2: a 2-core CI runner; `make test
-# TEST_WORKERS=auto` uses every core); each compiles its share of the end-of-session NVRTC pass.
-TEST_WORKERS ?= 2
+# The suite in TEST_WORKERS pytest-xdist processes (`make test TEST_WORKERS=2`, or auto for every
+# core; each compiles its share of the end-of-session NVRTC pass). The default, 0, runs it in one
+# process: a two-worker run from a fresh clone once rendered a kernel source with a NUL byte in
+# one worker (an open defect, see the closing note of 2026-11-23), never seen in one process.
+TEST_WORKERS ?= 0
 test: $(PY) opencl-runtime oclgrind
 	$(PY) -m pip install -q -e ".[test]"
 	@$(MAKE) --no-print-directory torch-cpu

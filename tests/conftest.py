@@ -15,7 +15,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
+# PoCL's kernel cache is not safe for two processes building the same program at once (one
+# read the other's half-written source: "expected ')'"), so each xdist worker keeps its own,
+# set before PoCL starts (it reads POCL_CACHE_DIR once)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _pocl = Path(os.environ.get("POCL_CACHE_DIR") or Path.home() / ".cache" / "pocl")
+    os.environ["POCL_CACHE_DIR"] = str(_pocl / f"xdist-{os.environ['PYTEST_XDIST_WORKER']}")
+
+import pytest  # noqa: E402
 
 import gpucg
 import gpucg.codegen as codegen

@@ -286,11 +286,12 @@ def _entries_and_headers(target, impl, f):
             if key.endswith("@i64") != wide:
                 continue
             name, kernel = key.removesuffix("@i64").split("/")
-            assert name == f"{impl}.{target}"
+            # a second choice of one implementation (another config) names its config
+            assert name.split("[")[0] == f"{impl}.{target}"
             entry = f"gpucg_{f.op.name}_{impl}_{kernel}"
             kernels = [mt for mt in _KERNEL.finditer(src) if code_only(src)[mt.start()] != " "]
             assert [mt.group(1) for mt in kernels] == [entry], key
-            entries.append(entry)
+            entries.append((name, entry))
             # the header gpucg writes: entry, operator, implementation, kernel, config, width
             header = src[:src.index("*/")]
             assert src.startswith(f"/*\n * {entry}: {f.op.name}("), key

@@ -186,7 +186,9 @@ def _winograd_decl(m: int, transform: bool):
 #: (tile, transforms the weight) -> declaration
 WINOGRAD = {(m, t): _winograd_decl(m, t) for m in (2, 4) for t in (True, False)}
 DIRECT = kernel_impl("direct", _direct_run, gemm=Kernel(
-    "conv2d/direct.j2", doc="implicit GEMM: weights times the im2col matrix, read from x"))
+    "conv2d/direct.j2", doc="implicit GEMM: weights times the im2col matrix, read from x",
+    low_occupancy=("the GPU default 128 x 128 register tile, double-buffered, with vector "
+                   "fragments: about 200 registers a thread, one block a multiprocessor")))
 DEPTHWISE = kernel_impl("depthwise", _depthwise_run, depthwise=Kernel(
     "conv2d/depthwise.j2", doc="VW neighbouring outputs of one channel's row per work-item"))
 

@@ -144,7 +144,10 @@ GEMM_MMA = reads_strides(kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
                              "32 x 32 (capped at 128 by __launch_bounds__ it spills): one block "
                              "an SM" if p.get("kind") == "tf32" else ""))))
 GEMM_TILED = reads_strides(kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
-    "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue")))
+    "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue",
+    low_occupancy=("a 128 x 128 register tile (8 x 8 accumulators a thread, double-buffered vector "
+                   "fragments) with each operand's offset and batch strides: over 200 registers, "
+                   "one block of 256 threads a multiprocessor, as cuBLAS's SIMT tiles"))))
 GEMV = reads_strides(kernel_impl("gemv", _gemv_run, gemv=Kernel(
     "dense/gemv.j2", doc="a few output columns a work-group, K split over its work-items")))
 GEMM_SPLITK = reads_strides(kernel_impl(
