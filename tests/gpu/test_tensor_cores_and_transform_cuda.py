@@ -79,3 +79,30 @@ def test_batch_norm_on_cuda():
     c = (slice(None), None, None)
     want = (x - mu[c]) / np.sqrt(var[c] + 1e-5) * g[c] + b[c]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["direct_mma", "winograd_mma"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["float16", "tf32"])
+def test_conv2d_tensor_core_kernels(impl, layout, dtype):
+    """conv2d's tensor-core kernels forced on CUDA against float64 NumPy on rounded inputs
+    (a ResNet 3x3 layer with a bias and relu; odd spatial size)."""
+    tf32 = dtype == "tf32"
+    dt = "float32" if tf32 else dtype
+    x = rng.standard_normal((2, 64, 15, 15)).astype(dt)
+    w = (rng.standard_normal((64, 64, 3, 3)) / 24).astype(dt)
+    b = rng.standard_normal(64).astype(dt)
+    xr, wr = (_tf32(x), _tf32(w)) if tf32 else (x, w)
+    want = gpucg.ops.conv2d(xr.astype(np.float64), wr.astype(np.float64), padding=1,
+                            bias=b.astype(np.float64), activation="relu", target="numpy")
+    attrs = dict(padding=1, activation="relu", allow_tf32=tf32)
+    if layout == "NHWC":
+        x, w = x.transpose(0, 2, 3, 1).copy(), w.transpose(2, 3, 1, 0).copy()
+        attrs.update(data_layout="NHWC", kernel_layout="HWIO")
+    f = gpucg.compile("conv2d", *(gpucg.tensor(a.shape, dt) for a in (x, w, b)), target="cuda",
+                      impl=impl, **attrs)
+    got = np.asarray(f(x, w, b), np.float64)
+    if layout == "NHWC":
+        got = got.transpose(0, 3, 1, 2)
+    tol = 3e-2 if dtype == "float16" else 1e-3
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
