@@ -74,6 +74,42 @@ def backend_or_skip(name: str):
         pytest.skip(f"{name} not usable here: {reason}")
 
 
+def opencl_arrays():
+    """(the OpenCL backend, pyopencl.array) for tests that build device arrays themselves."""
+    backend_or_skip("opencl")
+    import pyopencl.array as cla
+
+    from gpucg.runtime import get_backend
+
+    return get_backend("opencl"), cla
+
+
+def under_oclgrind(code: str, workdir):
+    """Run Python ``code`` in a child process on Oclgrind with its checks on (guarded by progress,
+    not a timeout); returns the finished process, asserted successful, and the reports of its
+    log."""
+    import sys
+
+    from gpucg import procwatch
+    from gpucg.verify import oclgrind
+
+    done = procwatch.run([sys.executable, "-c", code], env=oclgrind.environment(workdir))
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = Path(workdir) / "oclgrind.log"
+    reports = oclgrind.parse_log(log.read_text()) if log.exists() else []
+    return done, reports
+
+
+def counted(fn):
+    """``fn()``'s result and gpucg's counters over that one warm call (a first call compiles)."""
+    from gpucg import counters
+
+    fn()
+    counters.snapshot(reset=True)
+    out = fn()
+    return out, counters.snapshot(reset=True)
+
+
 @pytest.fixture(params=["numpy", "opencl"])
 def target(request):
     """Every backend usable on this machine that runs in CI (cuda is in tests/gpu)."""

@@ -21,7 +21,7 @@ from gpucg.ops.conv2d import Conv2dAttrs, reference_conv
 from gpucg.strategies import conv2d_mma, gemm_mma
 from gpucg.verify import nvrtc
 
-from conftest import backend_or_skip
+from conftest import backend_or_skip, under_oclgrind
 from test_warp_ops import tf32
 
 SLOW = pytest.mark.exhaustive
@@ -271,15 +271,9 @@ OCLGRIND = textwrap.dedent("""
 
 
 def test_twins_under_oclgrind_have_no_reports(oclgrind_or_skip, tmp_path):
-    from gpucg.verify import oclgrind
-
-    env = oclgrind.environment(tmp_path)
-    done = procwatch.run([sys.executable, "-c", OCLGRIND], env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done, reports = under_oclgrind(OCLGRIND, tmp_path)
     errors = json.loads(done.stdout.strip().splitlines()[-1])
     assert max(errors) < 0.05, errors
-    log = tmp_path / "oclgrind.log"
-    reports = oclgrind.parse_log(log.read_text()) if log.exists() else []
     assert not reports, "\n\n".join(r.text for r in reports)
 
 

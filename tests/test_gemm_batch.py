@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gpucg
-from gpucg import counters
+from conftest import counted, opencl_arrays
 
 rng = np.random.default_rng(11)
 TOL = {"float16": 3e-3, "bfloat16": 2e-2, "float32": 2e-5, "float64": 1e-12}
@@ -146,23 +146,6 @@ def test_bad_input(call, err, msg):
 
 # -- no copies: launches, buffers and host transfers counted ---------------------------------
 
-def _cl():
-    from gpucg.runtime import get_backend
-
-    be = get_backend("opencl")
-    ok, _, why = be.status()
-    if not ok:
-        pytest.skip(why)
-    import pyopencl.array as cla
-
-    return be, cla
-
-
-def _counted(fn):
-    fn()  # compile first: the counted call is a warm one
-    counters.snapshot(reset=True)
-    out = fn()
-    return out, counters.snapshot(reset=True)
 
 
 def _assert_no_copies(stats, launches, buffers=1):
@@ -177,7 +160,7 @@ KERNELS = {"gemm_tiled": 1, "gemv": 1, "gemm_splitk": 2, "gemm_mma": 1}
 def test_device_arrays_are_read_in_place_by_every_gemm_kernel():
     """Every implementation runs on pyopencl inputs with one launch (two for split-K) and one
     buffer, its output: no upload, no download, no device copy of an input."""
-    be, cla = _cl()
+    be, cla = opencl_arrays()
     q = be.queue
     cases = [("dense", (sample((2, 5, 40), "float32"), sample((24, 40), "float32")), {}),
              ("batch_matmul", (sample((2, 3, 5, 16), "float16"), sample((1, 3, 7, 16), "float16")),
@@ -191,7 +174,7 @@ def test_device_arrays_are_read_in_place_by_every_gemm_kernel():
                          attrs.get("alpha", 1.0))
         for impl in impls(op, *types, target="opencl", **attrs):
             f = gpucg.compile(op, *types, target="opencl", impl=impl, **attrs)
-            out, stats = _counted(lambda: f(*dev))
+            out, stats = counted(lambda: f(*dev))
             _assert_no_copies(stats, KERNELS[impl], KERNELS[impl])
             close(out.get(), want, a.dtype.name, scale)
 
@@ -206,7 +189,7 @@ def _views(x, heads):
 def test_strided_views_are_read_in_place():
     """q and k as transposed pyopencl views of linear's outputs: every GEMM implementation
     reads their strides (and a view's offset) in place."""
-    be, cla = _cl()
+    be, cla = opencl_arrays()
     qkv = cla.to_device(be.queue, sample((2, 5, 3 * 32), "float32"))
     whole = qkv.get()
     q = _views(qkv, 6)  # (2, 6, 5, 16)
@@ -218,18 +201,18 @@ def test_strided_views_are_read_in_place():
     for impl in impls("batch_matmul", *types, target="opencl", transpose_b=True):
         f = gpucg.compile("batch_matmul", *types, target="opencl", impl=impl, transpose_b=True,
                           alpha=0.25)
-        out, stats = _counted(lambda: f(q, q))
+        out, stats = counted(lambda: f(q, q))
         _assert_no_copies(stats, KERNELS[impl], KERNELS[impl])
         close(out.get(), want, "float32", np.abs(want))
     # k^T as a view whose last axis is strided: the kernels walk their inner loops along an
     # operand's last axis, so this one is packed once on the device (transpose_b=True on q
     # itself is the in-place way), never through the host
-    out, stats = _counted(lambda: gpucg.ops.batch_matmul(q, k, alpha=0.25))
+    out, stats = counted(lambda: gpucg.ops.batch_matmul(q, k, alpha=0.25))
     assert stats["device_copies"] == 1 and stats["uploads"] == stats["downloads"] == 0, stats
     close(out.get(), want, "float32", np.abs(want))
     # a view with an offset (a slice of the batch): read at its first element
     tail = qkv[1:]
-    out, stats = _counted(lambda: gpucg.ops.linear(tail, cla.to_device(
+    out, stats = counted(lambda: gpucg.ops.linear(tail, cla.to_device(
         be.queue, np.eye(96, dtype=np.float32))))
     np.testing.assert_allclose(out.get(), whole[1:], rtol=1e-6, atol=1e-6)
 

@@ -14,6 +14,7 @@ import gpucg
 from gpucg import procwatch
 from gpucg.verify import oclgrind
 from gpucg.verify.baseline import compare_traffic, load, traffic_key
+from conftest import under_oclgrind
 
 BASELINE = Path(__file__).parent / "resources"  # one file per operator family
 
@@ -122,12 +123,9 @@ RACY = textwrap.dedent("""
 
 
 def test_the_environment_selects_oclgrind_and_catches_a_race(oclgrind_or_skip, tmp_path):
-    env = oclgrind.environment(tmp_path)
-    done = procwatch.run([sys.executable, "-c", RACY], env=env)
-    assert done.returncode == 0, done.stderr
+    done, reports = under_oclgrind(RACY, tmp_path)
     assert "Oclgrind Simulator" in done.stdout and "gpu" in done.stdout
-    titles = {r.title.split(" at ")[0] for r in
-              oclgrind.parse_log((tmp_path / "oclgrind.log").read_text())}
+    titles = {r.title.split(" at ")[0] for r in reports}
     assert "Read-write data race" in titles
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gpucg
-from gpucg import counters
+from conftest import counted, opencl_arrays
 
 rng = np.random.default_rng(5)
 
@@ -26,23 +26,6 @@ VIEWS = [  # (operator, input shape, attrs, NumPy)
 DTYPES = ["float32", "int8", "float64", "float16"]
 
 
-def _cl():
-    from gpucg.runtime import get_backend
-
-    be = get_backend("opencl")
-    ok, _, why = be.status()
-    if not ok:
-        pytest.skip(why)
-    import pyopencl.array as cla
-
-    return be, cla
-
-
-def _counted(fn):
-    fn()
-    counters.snapshot(reset=True)
-    out = fn()
-    return out, counters.snapshot(reset=True)
 
 
 @pytest.mark.parametrize("op,shape,attrs,fn", VIEWS)
@@ -59,10 +42,10 @@ def test_numpy_views_share_memory(op, shape, attrs, fn, dtype):
 @pytest.mark.parametrize("op,shape,attrs,fn", VIEWS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_opencl_views_share_the_buffer(op, shape, attrs, fn, dtype):
-    be, cla = _cl()
+    be, cla = opencl_arrays()
     x = (rng.standard_normal(shape) * 50).astype(dtype)
     xd = cla.to_device(be.queue, x)
-    got, stats = _counted(lambda: getattr(gpucg.ops, op)(xd, **attrs))
+    got, stats = counted(lambda: getattr(gpucg.ops, op)(xd, **attrs))
     assert isinstance(got, cla.Array) and got.base_data is xd.base_data
     assert stats["launches"] == stats["buffers"] == stats["device_copies"] == 0, stats
     np.testing.assert_array_equal(be.to_host(got), fn(x))
@@ -73,14 +56,14 @@ def test_opencl_views_share_the_buffer(op, shape, attrs, fn, dtype):
 
 
 def test_views_of_views_and_numpy_inputs_on_opencl():
-    be, cla = _cl()
+    be, cla = opencl_arrays()
     x = rng.standard_normal((2, 5, 12, 8)).astype(np.float32)
     xd = cla.to_device(be.queue, x)
     t = gpucg.ops.transpose(xd, (0, 2, 1, 3))
     # a reshape the strides allow stays a view; one they do not is packed on the device
-    split, stats = _counted(lambda: gpucg.ops.reshape(t, (2, 12, 5, 2, 4)))
+    split, stats = counted(lambda: gpucg.ops.reshape(t, (2, 12, 5, 2, 4)))
     assert split.base_data is xd.base_data and stats["device_copies"] == 0
-    merged, stats = _counted(lambda: gpucg.ops.reshape(t, (2, 12, 40)))
+    merged, stats = counted(lambda: gpucg.ops.reshape(t, (2, 12, 40)))
     assert stats["device_copies"] == 1 and stats["launches"] == 1, stats
     assert stats["uploads"] == stats["downloads"] == 0, stats
     np.testing.assert_array_equal(merged.get(), x.transpose(0, 2, 1, 3).reshape(2, 12, 40))
@@ -94,12 +77,12 @@ def test_views_of_views_and_numpy_inputs_on_opencl():
 def test_strided_pyopencl_inputs_never_go_through_the_host(dtype):
     """A transposed view and an offset slice into kernels that need packed input: gathered
     on the device (one kernel, one buffer), no upload and no download."""
-    be, cla = _cl()
+    be, cla = opencl_arrays()
     x = (rng.standard_normal((3, 7, 10)) * 20).astype(dtype)
     xd = cla.to_device(be.queue, x)
     for view, want in ((xd.transpose((2, 0, 1)), x.transpose(2, 0, 1)), (xd[1:], x[1:]),
                        (gpucg.ops.transpose(xd[1:], (1, 0, 2)), x[1:].transpose(1, 0, 2))):
-        got, stats = _counted(lambda: gpucg.ops.cast(view, "float64"))
+        got, stats = counted(lambda: gpucg.ops.cast(view, "float64"))
         assert stats["uploads"] == stats["downloads"] == 0, stats
         assert stats["device_copies"] == 1 and stats["launches"] in (1, 2), stats  # + the cast
         np.testing.assert_array_equal(got.get(), want.astype(np.float64))
@@ -110,7 +93,7 @@ def test_bert_attention_block_copies_nothing():
     transpose: views), scores by batch_matmul with transpose_b and alpha = 1/sqrt(64), softmax,
     the context by batch_matmul: every buffer is a kernel's output, nothing is uploaded,
     downloaded or copied on the device."""
-    be, cla = _cl()
+    be, cla = opencl_arrays()
     B, S, H, D = 2, 9, 12, 64
     E = H * D
     x = rng.standard_normal((B, S, E)).astype(np.float32)
@@ -127,7 +110,7 @@ def test_bert_attention_block_copies_nothing():
         probs = gpucg.ops.softmax(scores, axis=-1)
         return gpucg.ops.batch_matmul(probs, v)
 
-    out, stats = _counted(block)
+    out, stats = counted(block)
     kernels = stats["launches"]
     assert stats["buffers"] == kernels, stats  # 3 linear, 2 batch_matmul, softmax's
     assert stats["uploads"] == stats["downloads"] == stats["device_copies"] == 0, stats
