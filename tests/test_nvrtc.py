@@ -97,3 +97,29 @@ def test_nvrtc_reports_errors_with_the_log(nvrtc_or_skip):
     with pytest.raises(gpucg.CompileError) as info:
         nvrtc.compile_to_ptx('extern "C" __global__ void k() { undeclared = 1; }', "sm_90")
     assert "undeclared" in info.value.log and "sm_90" in str(info.value)
+
+
+_SINGLETONS = """
+import sys
+from gpucg.verify import nvrtc
+nvrtc.compile_to_ptx('extern "C" __global__ void k(float* x) { x[threadIdx.x] = 1.0f; }', "sm_90")
+nvrtc.compile_to_cubin('extern "C" __global__ void k(float* x) { x[threadIdx.x] = 2.0f; }', "sm_80")
+import jinja2
+text = jinja2.Environment().from_string('{{ "__local" ~ " " }}').render()
+bad = [i for i in range(256) if chr(i).encode("latin-1")[0] != i]
+sys.exit(f"one-byte bytes objects overwritten: {bad}; Jinja rendered {text!r}" if bad else 0)
+"""
+
+
+def test_nvrtc_leaves_python_constants_alone(nvrtc_or_skip, tmp_path):
+    # a fresh interpreter that compiles gpucg from source (an empty pycache prefix, -B): a
+    # module's b" " is then CPython's shared one-byte object, which NVRTC's log buffer once
+    # aliased (every later Jinja " " rendered as NUL)
+    import os
+    import sys
+
+    from gpucg import procwatch
+
+    res = procwatch.run([sys.executable, "-B", "-c", _SINGLETONS], cwd=tmp_path,
+                        env={**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")})
+    assert res.returncode == 0, res.stderr[-2000:]

@@ -45,7 +45,10 @@ def _compile(source: str, arch_option: str, options: tuple, name: str, arch: str
     try:
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
+        # NVRTC writes into the buffer: a fresh bytearray, never a bytes object (``b" " * 1``
+        # is CPython's shared one-byte b" ", and an empty log's NUL once overwrote it, so that
+        # every later Jinja string literal " " rendered as NUL)
+        buf = bytearray(size)
         nvrtc.nvrtcGetProgramLog(prog, buf)
         log = buf.decode(errors="replace").rstrip("\x00 ")
         if int(err) != 0:
@@ -54,9 +57,9 @@ def _compile(source: str, arch_option: str, options: tuple, name: str, arch: str
         get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if binary
                          else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
         size = _check(get_size(prog), "nvrtcGetCUBINSize" if binary else "nvrtcGetPTXSize")
-        buf = b" " * size
+        buf = bytearray(size)
         get(prog, buf)
-        return buf, log
+        return bytes(buf), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
