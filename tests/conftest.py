@@ -110,6 +110,16 @@ def counted(fn):
     return out, counters.snapshot(reset=True)
 
 
+@pytest.fixture(autouse=True)
+def _shared_constants_intact():
+    """Fails the test after which CPython's shared one-character str and bytes objects no longer
+    hold their character: a C call wrote into Python memory (NVRTC's log buffer once did, and
+    every later Jinja " " rendered as NUL)."""
+    yield
+    bad = [i for i in range(256) if ord(chr(i)) != i or chr(i).encode("latin-1")[0] != i]
+    assert not bad, f"shared one-character objects overwritten: {bad}"
+
+
 @pytest.fixture(params=["numpy", "opencl"])
 def target(request):
     """Every backend usable on this machine that runs in CI (cuda is in tests/gpu)."""
