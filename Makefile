@@ -42,11 +42,10 @@ torch-cpu: $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0+cpu" 2>/dev/null \
 	    || echo "note: torch==2.13.0+cpu is not installable here; the torch interop tests skip"
 
-# The suite in TEST_WORKERS pytest-xdist processes (`make test TEST_WORKERS=2`, or auto for every
-# core; each compiles its share of the end-of-session NVRTC pass). The default, 0, runs it in one
-# process: a two-worker run from a fresh clone once rendered a kernel source with a NUL byte in
-# one worker (an open defect, see the closing note of 2026-11-23), never seen in one process.
-TEST_WORKERS ?= 0
+# The suite in TEST_WORKERS pytest-xdist processes, one a core on the 2-core CI machine
+# (`make test TEST_WORKERS=0` runs it in one process, `auto` on every core); each worker compiles
+# its share of the end-of-session NVRTC pass and keeps its own PoCL cache.
+TEST_WORKERS ?= 2
 test: $(PY) opencl-runtime oclgrind
 	$(PY) -m pip install -q -e ".[test]"
 	@$(MAKE) --no-print-directory torch-cpu
