@@ -245,8 +245,8 @@ class CompiledOp:
     def plan(self, *native_arrays) -> Plan:
         """What the dispatcher picks for these arrays (NumPy or of the target), checked
         against the signature, without running anything. A plan holds for any arrays of the
-        same dtypes and shapes (and, on a device, as aligned: vector paths check the addresses):
-        callers that memoize it (the eager path, for NumPy arrays) skip the checks."""
+        same dtypes, shapes and (on a device) address alignment: callers that memoize it (the
+        eager path, keyed so) skip the checks."""
         return self._plan(*native_arrays)
 
     def run(self, plan: Plan, *native_arrays):

@@ -27,7 +27,8 @@ from .compiled import CompiledOp
 from .errors import GpucgError
 from .interop import Framework, ingest, ingest_all, native_kind, wrap
 from .op import get_op
-from .shape import TensorType, dtype_name, tensor, var
+from .runtime import alignment_of
+from .shape import MAX_ALIGN, TensorType, dtype_name, tensor, var
 from .target import Target, require_usable, resolve
 
 _MAX = 256
@@ -99,8 +100,11 @@ def _fast_key(op_name, arrays, target, attrs):
         kind = _kind_of(x)
         if kind is None:
             return None  # other objects go through ingestion, and its errors, every call
-        where = () if kind == _DEVICE else x.device if kind == _TORCH else x.__dlpack_device__()
-        parts.append((type(x), x.dtype, x.shape, where))
+        if kind == _DLPACK:
+            return None  # no cheap address: its alignment may choose another kernel
+        where = () if kind == _DEVICE else x.device
+        # the dispatcher picks vector kernels by the address's alignment: part of the key
+        parts.append((type(x), x.dtype, x.shape, where, _alignment(x, kind)))
     key = (op_name, target if isinstance(target, (str, type(None))) else str(target),
            os.environ.get("GPUCG_TARGET"),
            tuple((k, type(v), v) for k, v in attrs.items()), tuple(parts))  # 1 is not True
@@ -109,6 +113,14 @@ def _fast_key(op_name, arrays, target, attrs):
     except TypeError:  # a list among the attributes
         return None
     return key
+
+
+def _alignment(x, kind) -> int:
+    """The byte alignment of a device array's or tensor's address (at most MAX_ALIGN)."""
+    if kind == _TORCH:
+        ptr = x.data_ptr()
+        return MAX_ALIGN if ptr == 0 else min(MAX_ALIGN, ptr & -ptr)
+    return alignment_of(x)
 
 
 def _checked(check, what, x):

@@ -66,6 +66,25 @@ def test_dense_offset_views_take_the_scalar_config_on_pocl():
         assert f.last_impl == "gemm_tiled.opencl"
 
 
+def test_eager_calls_choose_by_alignment_too(monkeypatch):
+    """The eager path's memo keys device arrays by their alignment as well as their shape: an
+    offset view after an aligned one of the same shape runs VW = 1, not the memoized VW = 4."""
+    cl = _cl()
+    m, n, k = 37, 29, 64
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    ran = []
+    run = gpucg.compiled.CompiledOp.run
+    monkeypatch.setattr(gpucg.compiled.CompiledOp, "run",
+                        lambda self, plan, *a: ran.append(dict(
+                            self.selection.choices[plan.index].config)["VW"]) or run(self, plan, *a))
+    want = x.astype(np.float64) @ w.T.astype(np.float64)
+    for sx in (0, 0, 1, 1, 0):
+        got = gpucg.ops.dense(_view(cl, x, sx), _view(cl, w, 0), target="opencl").get()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert ran == [4, 4, 1, 1, 4]
+
+
 def test_conv2d_offset_views_take_the_scalar_config_on_pocl():
     """conv2d's direct kernel (NHWC: vector loads of x and W, forced with VW = 4): an
     offset view of x, or of the weights, runs VW = 1 and equals the forced VW = 4 run."""
