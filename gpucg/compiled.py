@@ -260,7 +260,13 @@ class CompiledOp:
         self.last_impl = impl.name
         if impl.kernels:
             outputs = ctx.outputs
-            impl.run(ctx, **ctx.kernels())
+            try:
+                impl.run(ctx, **ctx.kernels())
+            except BaseException:
+                # kernels already queued may still read inputs borrowed in place, which the
+                # caller frees once this raises: let them finish first
+                self.backend.synchronize()
+                raise
         else:
             result = impl.run(ctx)
             views = result if isinstance(result, tuple) else (result,)  # a view impl's

@@ -99,6 +99,7 @@ class OpenCLProgram(Program):
         self.entry = entry
         #: the alignment its vector types need of the buffers it is given
         self.align = align
+        self.lock = threading.Lock()
 
     def launch(self, args, grid: int, block: int) -> None:
         self.backend.check_block(block)
@@ -113,7 +114,8 @@ class OpenCLProgram(Program):
         raw = [a.data if isinstance(a, DeviceArray) else a.base_data if isinstance(a, cla.Array)
                else a for a in args]
         try:
-            self.kernel(self.backend.queue, (grid * block,), (block,), *raw)
+            with self.lock:  # pyopencl sets the shared kernel's arguments, then enqueues
+                self.kernel(self.backend.queue, (grid * block,), (block,), *raw)
         except cl.Error as exc:
             raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
                               f"failed: {exc}") from None
@@ -282,7 +284,8 @@ class OpenCLBackend(Backend):
     def borrow(self, array):
         """A host array as one call's read-only input: in place (CL_MEM_USE_HOST_PTR) where
         the device shares host memory and the array is contiguous, aligned and writeable
-        (PyOpenCL asks for a writeable buffer), else a copy. The call must not keep it."""
+        (never a read-only one, which may be a bytes object's memory), else a copy. The call
+        must not keep it."""
         self._require()
         if (not self.shares_host or not array.flags.c_contiguous or not array.flags.writeable
                 or array.nbytes == 0
@@ -303,15 +306,14 @@ class OpenCLBackend(Backend):
     def to_host(self, array):
         if isinstance(array, np.ndarray):
             return array
-        if not isinstance(array, DeviceArray) and not (array.flags.c_contiguous
-                                                        and array.offset == 0):
-            array = self.contiguous(array)  # a view: gathered on the device, then one read
+        array = self.contiguous(array)  # a view: gathered on the device, then one read
         if isinstance(array, DeviceArray):
             if array.fresh and self.shares_host and array.nbytes >= MAP_MIN_BYTES:
                 # the host sees the buffer's own memory: map it (unmapped when the array dies)
                 mf = self.cl.map_flags
                 out, _ = self.cl.enqueue_map_buffer(self.queue, array.data, mf.READ | mf.WRITE,
                                                     0, array.shape, array.dtype)
+                array.fresh = False  # mapped once: a second READ|WRITE map is undefined
                 stats.bump("mapped")
                 return out
             out = np.empty(array.shape, array.dtype)
