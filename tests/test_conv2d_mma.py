@@ -120,7 +120,7 @@ def test_direct_twin_every_layout_and_epilogue(case, monkeypatch):
     rng = np.random.default_rng(len(label))
     for n, h, w in SIZES:
         _check(f, out, dtype, dl, kl, c, o, kernel, attrs, rng, n, h, w, residual=True)
-    monkeypatch.setattr(gemm_mma, "base_address", lambda a: 1)
+    monkeypatch.setattr(gemm_mma, "alignment_of", lambda a: 2)
     _check(f, out, dtype, dl, kl, c, o, kernel, attrs, rng, *SIZES[1], residual=True)
 
 

@@ -69,13 +69,6 @@ def _holder(array):
     return None if kind in (None, "numpy") else get_backend(kind)
 
 
-def address_of(array) -> int:
-    """The address of a device array's first element as the backend holding it reports it
-    (Backend.address: 0 for NumPy arrays and gpucg's own buffers)."""
-    backend = _holder(array)
-    return 0 if backend is None else int(backend.address(array))
-
-
 def alignment_of(array) -> int:
     """The byte alignment of an array's address as the backend holding it reports it
     (Backend.alignment; NumPy arrays go to a fresh, fully aligned device buffer)."""
@@ -85,4 +78,4 @@ def alignment_of(array) -> int:
     return MAX_ALIGN if backend is None else backend.alignment(array)
 
 
-__all__ = ["address_of", "alignment_of", "backend_status", "get_backend", "use_backend"]
+__all__ = ["alignment_of", "backend_status", "get_backend", "use_backend"]

@@ -41,7 +41,7 @@ def _run(ctx, gemm) -> None:
     c, geo, p = ctx.config, ctx.info.geo, ctx.fixed
     grid = geo.groups * ceil_div(k.n * k.oh * k.ow, c["BM"]) * ceil_div(geo.og, c["BN"])
     threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
-    aligned = all(gemm_mma.base_address(a) % 16 == 0 for a in (k.data, k.weight))
+    aligned = all(gemm_mma.alignment_of(a) % 16 == 0 for a in (k.data, k.weight))
     pairs = not p["nchw"] and gemm_mma.pairs_ok(k.y, geo.og)
     gemm(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, np.int32(int(aligned) | int(pairs) << 1),
          grid=grid, block=threads)

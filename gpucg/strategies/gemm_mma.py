@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..codegen.warp import swizzle
-from ..runtime import address_of, alignment_of
+from ..runtime import alignment_of
 from ..space import ConfigSpace
 
 PLEVEL_CUDA = 20
@@ -83,13 +83,6 @@ def condition(p, eb: int, min_rows: int):
     b_row = sympy.sympify(p.k if p.b_k_major else p.n)
     return sympy.And(sympy.Eq(sympy.Mod(a_row, epc), 0), sympy.Eq(sympy.Mod(b_row, epc), 0),
                      sympy.sympify(p.m) > min_rows)
-
-
-def base_address(array) -> int:
-    """The device address of an array's first element, as its backend reports it
-    (gpucg.runtime.address_of: CuPy's data.ptr, the stand-in's ptr, a pyopencl array's offset
-    into its aligned buffer, 0 for gpucg's own buffers)."""
-    return address_of(array)
 
 
 def vector_ok(ctx, arrays, m: int, n: int, k: int, layout) -> bool:
