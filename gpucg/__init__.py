@@ -30,14 +30,23 @@ from .op import (Case, KernelInfo, OpPattern, get_op, list_ops, register_gradien
 from .compiled import CompiledOp, compile, explain  # noqa: A004
 from .arrays import asarray, to_host
 from .autodiff import grad
-from .verify.resources import resources
-from .autotune.tuner import tune
 from . import builtin as _builtin
 from .strategies.generic import (register_broadcast_schedule, register_injective_schedule,
                                  register_reduce_schedule)
 from . import ops
 
 _builtin.load()
+
+
+def __getattr__(name):
+    # the resource report and the tuner load on first use: ``import gpucg`` stays light
+    if name == "resources":
+        from .verify.resources import resources
+        return resources
+    if name == "tune":
+        from .autotune.tuner import tune
+        return tune
+    raise AttributeError(f"module 'gpucg' has no attribute {name!r}")
 
 
 def stats(reset: bool = False) -> dict:
