@@ -14,8 +14,16 @@ from gpucg import var
 from gpucg.half import ml_dtypes
 from gpucg.strategies import attention as strat
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
+
+
+class _Torch:
+    """torch, imported at first use: its import is two seconds of every test collection."""
+
+    def __getattr__(self, name):
+        return getattr(pytest.importorskip("torch"), name)
+
+
+torch = _Torch()
 
 IMPLS = {"numpy": ("numpy_attention",), "opencl": ("attention_simt", "attention_split")}
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
@@ -54,7 +62,7 @@ def torch_ref(q, k, v, *, causal=False, mask=None, scale=None, softcap=None, lay
     lse = torch.logsumexp(s, -1) if skv else torch.full(q.shape[:3], -torch.inf)
     if softcap is None and skv:
         bias = torch.where(keep, add, -torch.inf)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     else:
         o = torch.softmax(s, -1) @ v if skv else torch.zeros(q.shape, dtype=torch.float64)
     o = torch.where(torch.isfinite(lse)[..., None], o, 0.0)
