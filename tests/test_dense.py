@@ -173,11 +173,19 @@ def test_tile_knobs(config):
               np.matmul(np.abs(np.swapaxes(a, 1, 2)), np.abs(w.T)))
 
 
-@pytest.mark.parametrize("config", [dict(WG=64, KS=64, NC=8, VW=4), dict(WG=256, KS=32, NC=1, VW=2),
-                                    dict(WG=128, KS=8, NC=2, VW=1)], ids=str)
+@pytest.mark.parametrize("config", [dict(WG=64, KS=64, NC=8, VW=4, shuffle=False),
+                                    dict(WG=256, KS=32, NC=1, VW=2, shuffle=False),
+                                    dict(WG=128, KS=8, NC=2, VW=1, shuffle=False),
+                                    # the slices added by warp shuffles (the OpenCL emulation):
+                                    # two warps' sums through local memory, one warp's alone
+                                    # (B along K), 2 slices 16 lanes apart then 4 warps (along P)
+                                    dict(WG=64, KS=64, NC=8, VW=4, shuffle=True),
+                                    dict(WG=256, KS=32, NC=1, VW=2, shuffle=True),
+                                    dict(WG=128, KS=8, NC=2, VW=1, shuffle=True)], ids=str)
 def test_gemv_knobs(config):
     """Both mappings of the small-m kernel: B along K (dense; vector loads when K allows)
-    and B along the columns (matmul; scalar loads)."""
+    and B along the columns (matmul; scalar loads); the slices added in local memory or by
+    warp shuffles."""
     from conftest import backend_or_skip
 
     backend_or_skip("opencl")
@@ -328,3 +336,31 @@ def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
                 assert ".entry" in nvrtc.compile_to_ptx(src, "sm_90"), key
                 count += 1
     assert count >= 60
+
+
+GEMV_OCLGRIND = """
+import json, numpy as np, gpucg
+rng = np.random.default_rng(3)
+errors = []
+for op, (m, k, n), config in (("dense", (3, 70, 33), dict(WG=64, KS=32, NC=2, VW=1, shuffle=True)),
+                              ("dense", (2, 66, 9), dict(WG=64, KS=64, NC=1, VW=2, shuffle=True)),
+                              ("matmul", (5, 40, 20), dict(WG=64, KS=4, NC=1, VW=1, shuffle=True))):
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k) if op == "dense" else (k, n)).astype(np.float32)
+    f = gpucg.compile(op, gpucg.tensor(x.shape), gpucg.tensor(w.shape), target="opencl",
+                      impl="gemv", config=config, records=False)
+    want = x.astype(np.float64) @ (w.T if op == "dense" else w).astype(np.float64)
+    errors.append(float(np.abs(f(x, w) - want).max()))
+print(json.dumps(errors))
+"""
+
+
+def test_gemv_shuffles_under_oclgrind(oclgrind_or_skip, tmp_path):
+    """The emulated shuffles of the small-m kernel: no races, no out-of-bounds accesses."""
+    import json
+
+    from conftest import under_oclgrind
+
+    done, reports = under_oclgrind(GEMV_OCLGRIND, tmp_path)
+    assert max(json.loads(done.stdout.strip().splitlines()[-1])) < 1e-4
+    assert not reports, "\n\n".join(r.text for r in reports)

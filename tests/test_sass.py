@@ -152,6 +152,9 @@ _SHUFFLED = [
     ("log_softmax", [(4096, 4096)], {}, "norm_blocks", {"main": 2}),
     ("layer_norm", [(4096, 4096), (4096,), (4096,)], {}, "norm_group", {"main": 4}),
     ("rms_norm", [(4096, 128), (128,)], {}, "norm_warp", {"main": 0}),
+    # gemv: its 128 slices of K a column (the CUDA default), 32 a warp by shuffles, then the
+    # four warps' sums through shared memory: one barrier
+    ("dense", [(1, 4096), (4096, 4096)], {}, "gemv", {"gemv": 1}),
     ("cumsum", [(1 << 24,)], {"axis": 0}, "scan_device",
      # the tile scan: a barrier after the tile's loads, the block scan's two, the tile's apply
      {"tile_reduce": 2, "scan_partials": 5, "tile_apply": 4}),
@@ -162,7 +165,7 @@ _SHUFFLED = [
 @pytest.mark.parametrize("op,shapes,attrs,impl,bars", _SHUFFLED,
                          ids=[f"{s[0]}-{s[3]}" for s in _SHUFFLED])
 def test_reductions_and_scans_shuffle(sass_or_skip, arch, op, shapes, attrs, impl, bars):
-    """SHFL in the reduce, norm and scan kernels, few barriers, no local memory."""
+    """SHFL in the reduce, norm, scan and gemv kernels, few barriers, no local memory."""
     types = [gpucg.tensor(s, "float32") for s in shapes]
     got = mixes(op, *types, impl=impl, arch=arch, **attrs)
     assert set(got) == set(bars), got.keys()

@@ -6,7 +6,8 @@ implementations, by plevel, with conditions over the symbolic sizes:
                    allow_tf32, when rows hold whole 16-byte chunks and m > 16; on OpenCL the
                    twin at plevel 1 (forced only)
   gemv         15  m <= 16: one work-group per few output columns, K split over its work-items
-                   and added in local memory (a GEMV when m is 1)
+                   and added by warp shuffles then one exchange of the warps' sums (CUDA), or
+                   in local memory (OpenCL's default: its shuffles are emulated) (a GEMV at m 1)
   gemm_splitk  14  B * m * n <= 2**18 and k >= 2048: too few output tiles to fill the device,
                    so slices of K run in parallel and a second kernel adds them (no atomics,
                    the same result every run)
@@ -195,9 +196,11 @@ def params(op, attrs, inputs, outputs, d) -> dict:
 
 
 def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
-               on_cpu: bool = False) -> ConfigSpace:
+               on_cpu: bool = False, cuda: bool = False) -> ConfigSpace:
     """The small-M kernel: WG work-items as KS slices of K times WG/KS column threads, NC
-    columns each, VW elements of K a step; the slices' sums must fit the local memory."""
+    columns each, VW elements of K a step; the slices' sums must fit the local memory.
+    ``shuffle``: a warp's slices added by xor shuffles (CUDA's default; OpenCL emulates them
+    through local memory, two barriers a round, so its default adds them in local memory)."""
     def ok(c):
         return (c["KS"] <= c["WG"] and c["WG"] * m_rows * c["NC"] * acc_bytes <= 48 * 1024)
     if b_k_major and on_cpu:
@@ -209,8 +212,9 @@ def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
     else:
         default = {"WG": 128, "KS": 8, "NC": 2, "VW": 1}
     return ConfigSpace({"WG": (64, 128, 256), "KS": (1, 2, 4, 8, 16, 32, 64, 128, 256),
-                        "NC": (1, 2, 4, 8), "VW": (1, 2, 4) if vector else (1,)},
-                       default, constraint=ok)
+                        "NC": (1, 2, 4, 8), "VW": (1, 2, 4) if vector else (1,),
+                        "shuffle": (False, True)},
+                       dict(default, shuffle=cuda), constraint=ok, added={"shuffle": False})
 
 
 def gpu_strategy(op: str):
@@ -227,7 +231,8 @@ def gpu_strategy(op: str):
                        target, GEMV_MAX_M)
         gemv_vector = vector and p.a_k_major and p.b_k_major
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, fixed=dict(common, MR=mr),
-              space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu),
+              space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu,
+                                target.kind == "cuda"),
               needs=vector_needs({0: True, 1: True}, acc_bytes) if gemv_vector else None)
         default = _default_tile(target.on_cpu, vector, acc_bytes)
         if not target.on_cpu and all(v.is_Integer for v in (m, n, nb)):
