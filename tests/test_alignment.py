@@ -1,7 +1,7 @@
 """Vector loads and cp.async copies read through an argument's address only where it is
 aligned: the runtime backends report each argument's alignment (Backend.alignment), the
 generated dispatcher checks it for the SIMT tiles' vector configs (dense's and conv2d's
-VW > 1: else the same implementation with VW = 1), gemm_mma's launch for its 16-byte copies.
+vw > 1: else the same implementation with vw = 1), gemm_mma's launch for its 16-byte copies.
 Offset views on PoCL (pyopencl arrays with an offset) and on the CUDA launch stand-in (CuPy
 pointers) take the scalar path and give the right results."""
 
@@ -47,7 +47,7 @@ def test_backends_report_alignment():
 
 
 def test_dense_offset_views_take_the_scalar_config_on_pocl():
-    """float32 dense with VW = 4 loads: a view 4 or 8 bytes into its buffer runs VW = 1 (and
+    """float32 dense with vw = 4 loads: a view 4 or 8 bytes into its buffer runs vw = 1 (and
     is right), one 16 bytes in keeps the vector loads."""
     cl = _cl()
     m, n, k = 37, 29, 64
@@ -56,7 +56,7 @@ def test_dense_offset_views_take_the_scalar_config_on_pocl():
     f = gpucg.compile("dense", gpucg.tensor((m, k)), gpucg.tensor((n, k)), target="opencl",
                       records=False)
     configs = [dict(c.config) for c in f.selection.choices]
-    assert [c["VW"] for c in configs] == [4, 1]
+    assert [c["vw"] for c in configs] == [4, 1]
     want = x.astype(np.float64) @ w.T.astype(np.float64)
     for sx, sw, index in ((0, 0, 0), (1, 0, 1), (0, 2, 1), (4, 4, 0)):
         xv, wv = _view(cl, x, sx), _view(cl, w, sw)
@@ -68,7 +68,7 @@ def test_dense_offset_views_take_the_scalar_config_on_pocl():
 
 def test_eager_calls_choose_by_alignment_too(monkeypatch):
     """The eager path's memo keys device arrays by their alignment as well as their shape: an
-    offset view after an aligned one of the same shape runs VW = 1, not the memoized VW = 4."""
+    offset view after an aligned one of the same shape runs vw = 1, not the memoized vw = 4."""
     cl = _cl()
     m, n, k = 37, 29, 64
     x = rng.standard_normal((m, k)).astype(np.float32)
@@ -77,7 +77,7 @@ def test_eager_calls_choose_by_alignment_too(monkeypatch):
     run = gpucg.compiled.CompiledOp.run
     monkeypatch.setattr(gpucg.compiled.CompiledOp, "run",
                         lambda self, plan, *a: ran.append(dict(
-                            self.selection.choices[plan.index].config)["VW"]) or run(self, plan, *a))
+                            self.selection.choices[plan.index].config)["vw"]) or run(self, plan, *a))
     want = x.astype(np.float64) @ w.T.astype(np.float64)
     for sx in (0, 0, 1, 1, 0):
         got = gpucg.ops.dense(_view(cl, x, sx), _view(cl, w, 0), target="opencl").get()
@@ -86,16 +86,16 @@ def test_eager_calls_choose_by_alignment_too(monkeypatch):
 
 
 def test_conv2d_offset_views_take_the_scalar_config_on_pocl():
-    """conv2d's direct kernel (NHWC: vector loads of x and W, forced with VW = 4): an
-    offset view of x, or of the weights, runs VW = 1 and equals the forced VW = 4 run."""
+    """conv2d's direct kernel (NHWC: vector loads of x and W, forced with vw = 4): an
+    offset view of x, or of the weights, runs vw = 1 and equals the forced vw = 4 run."""
     cl = _cl()
     x = rng.standard_normal((1, 6, 5, 8)).astype(np.float32)
     w = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
     attrs = dict(padding=1, data_layout="NHWC", kernel_layout="HWIO")
-    config = dict(BM=32, BN=64, BK=16, TM=4, TN=4, VW=4, DB=True, CF=True)
+    config = dict(bm=32, bn=64, bk=16, tm=4, tn=4, vw=4, double_buffer=True, conflict_free=True)
     f = gpucg.compile("conv2d", gpucg.tensor(x.shape), gpucg.tensor(w.shape), target="opencl",
                       impl="direct", config=config, **attrs)
-    assert [c.config["VW"] for c in f.selection.choices] == [4, 1]
+    assert [c.config["vw"] for c in f.selection.choices] == [4, 1]
     want = gpucg.ops.conv2d(x, w, target="numpy", **attrs)
     assert f.plan(x, w).index == 0
     for sx, sw in ((1, 0), (0, 3), (2, 2)):
@@ -119,7 +119,7 @@ def test_float16_offset_views_on_pocl():
 
 
 def test_cuda_launches_check_the_pointers(nvrtc_or_skip):
-    """On the CUDA launch stand-in: a CuPy pointer 4 bytes off runs the VW = 1 kernel of dense
+    """On the CUDA launch stand-in: a CuPy pointer 4 bytes off runs the vw = 1 kernel of dense
     and conv2d, and gemm_mma launches with its 16-byte copies off (flags bit 0)."""
     cupy = StandInCupy("sm_90")
     with use_backend("cuda", CudaBackend(cupy=cupy)):

@@ -108,9 +108,9 @@ def test_simt_tile_defaults_are_conflict_free(case, target):
                                     **attrs)
     assert "direct" in name or "gemm_tiled" in name or "winograd" in name, name
     assert (params["a_k_major"], params["b_k_major"]) == (a_km, b_km)
-    config.setdefault("VW", params["VW"])
-    config.setdefault("CF", params["CF"])
-    if not config["CF"]:  # PoCL's dense default keeps the plain tile (faster there)
+    config.setdefault("vw", params["vw"])
+    config.setdefault("conflict_free", params["conflict_free"])
+    if not config["conflict_free"]:  # PoCL's dense default keeps the plain tile (faster there)
         assert target == "opencl" and op in ("dense", "matmul"), (label, target)
         assert banks.simt_report(config, a_km, b_km) == \
             banks.simt_report(config, a_km, b_km, before=True)

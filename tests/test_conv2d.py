@@ -117,14 +117,14 @@ def test_every_implementation_on_opencl(case):
         check(got, ins, attrs)
 
 
-#: the direct kernel's tile knobs forced: VW elements a load, double-buffered local tiles (DB),
-#: the conflict-free layouts (CF); the first is the GPU default
-DIRECT_TILES = [dict(BM=128, BN=128, BK=8, TM=8, TN=8, VW=4, DB=True, CF=True),
-                dict(BM=32, BN=64, BK=16, TM=4, TN=4, VW=4, DB=False, CF=False),
-                dict(BM=64, BN=64, BK=16, TM=4, TN=4, VW=2, DB=True, CF=False)]
+#: the direct kernel's tile knobs forced: vw elements a load, double-buffered local tiles (double_buffer),
+#: the conflict-free layouts (conflict_free); the first is the GPU default
+DIRECT_TILES = [dict(bm=128, bn=128, bk=8, tm=8, tn=8, vw=4, double_buffer=True, conflict_free=True),
+                dict(bm=32, bn=64, bk=16, tm=4, tn=4, vw=4, double_buffer=False, conflict_free=False),
+                dict(bm=64, bn=64, bk=16, tm=4, tn=4, vw=2, double_buffer=True, conflict_free=False)]
 #: cases where each of its vector loads runs: W along K (NCHW/OIHW, K = 36 or 8), W along
 #: the output channels (HWIO), x along the channels (NHWC), x along the pixels (pointwise
-#: NCHW; 7 x 5 pixels: not a multiple of VW, so the scalar path of the same kernel), ragged tiles
+#: NCHW; 7 x 5 pixels: not a multiple of vw, so the scalar path of the same kernel), ragged tiles
 VECTOR_CASES = [
     (2, 4, 17, 13, 12, 3, 3, dict(padding=1, activation="relu")),
     (2, 8, 9, 7, 12, 3, 3, dict(padding=1, strides=(2, 1), data_layout="NHWC",

@@ -147,11 +147,11 @@ def _forced(op, arrays_, impl, config, **attrs):
     return f(*arrays_)
 
 
-#: CF: the conflict-free local layouts (padding / XOR swizzle, 128-bit fragment reads) or not
-TILES = [dict(BM=128, BN=128, BK=8, TM=8, TN=8, VW=4, DB=True, CF=True),
-         dict(BM=64, BN=64, BK=16, TM=4, TN=4, VW=2, DB=True, CF=False),
-         dict(BM=32, BN=64, BK=16, TM=2, TN=4, VW=2, DB=False, CF=True),
-         dict(BM=16, BN=32, BK=32, TM=1, TN=2, VW=1, DB=True, CF=True)]
+#: conflict_free: the conflict-free local layouts (padding / XOR swizzle, 128-bit fragment reads) or not
+TILES = [dict(bm=128, bn=128, bk=8, tm=8, tn=8, vw=4, double_buffer=True, conflict_free=True),
+         dict(bm=64, bn=64, bk=16, tm=4, tn=4, vw=2, double_buffer=True, conflict_free=False),
+         dict(bm=32, bn=64, bk=16, tm=2, tn=4, vw=2, double_buffer=False, conflict_free=True),
+         dict(bm=16, bn=32, bk=32, tm=1, tn=2, vw=1, double_buffer=True, conflict_free=True)]
 
 
 @pytest.mark.parametrize("config", TILES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
@@ -173,15 +173,15 @@ def test_tile_knobs(config):
               np.matmul(np.abs(np.swapaxes(a, 1, 2)), np.abs(w.T)))
 
 
-@pytest.mark.parametrize("config", [dict(WG=64, KS=64, NC=8, VW=4, shuffle=False),
-                                    dict(WG=256, KS=32, NC=1, VW=2, shuffle=False),
-                                    dict(WG=128, KS=8, NC=2, VW=1, shuffle=False),
+@pytest.mark.parametrize("config", [dict(wg=64, k_slices=64, cols=8, vw=4, shuffle=False),
+                                    dict(wg=256, k_slices=32, cols=1, vw=2, shuffle=False),
+                                    dict(wg=128, k_slices=8, cols=2, vw=1, shuffle=False),
                                     # the slices added by warp shuffles (the OpenCL emulation):
                                     # two warps' sums through local memory, one warp's alone
                                     # (B along K), 2 slices 16 lanes apart then 4 warps (along P)
-                                    dict(WG=64, KS=64, NC=8, VW=4, shuffle=True),
-                                    dict(WG=256, KS=32, NC=1, VW=2, shuffle=True),
-                                    dict(WG=128, KS=8, NC=2, VW=1, shuffle=True)], ids=str)
+                                    dict(wg=64, k_slices=64, cols=8, vw=4, shuffle=True),
+                                    dict(wg=256, k_slices=32, cols=1, vw=2, shuffle=True),
+                                    dict(wg=128, k_slices=8, cols=2, vw=1, shuffle=True)], ids=str)
 def test_gemv_knobs(config):
     """Both mappings of the small-m kernel: B along K (dense; vector loads when K allows)
     and B along the columns (matmul; scalar loads); the slices added in local memory or by
@@ -194,7 +194,7 @@ def test_gemv_knobs(config):
         close(_forced("dense", [x, w], "gemv", config), want_dense(x, w), "float32",
               np.abs(x) @ np.abs(w).T)
         b = rng.standard_normal((k, n)).astype(np.float32)
-        close(_forced("matmul", [x, b], "gemv", dict(config, VW=1)), (x @ b).astype(np.float64),
+        close(_forced("matmul", [x, b], "gemv", dict(config, vw=1)), (x @ b).astype(np.float64),
               "float32", np.abs(x) @ np.abs(b))
 
 
@@ -237,15 +237,15 @@ def test_explain_shows_the_small_m_specialization():
                         target="cuda")
     text = str(sel)
     assert sel.dynamic and "gemv.cuda" in text and "m <= 16" in text
-    # each with vector loads where both operands' addresses are aligned, else VW = 1
-    assert [(c.impl.short_name, c.config["VW"]) for c in sel.choices] == [
+    # each with vector loads where both operands' addresses are aligned, else vw = 1
+    assert [(c.impl.short_name, c.config["vw"]) for c in sel.choices] == [
         ("gemv", 4), ("gemv", 1), ("gemm_splitk", 4), ("gemm_splitk", 1), ("gemm_tiled", 4),
         ("gemm_tiled", 1)]
     static = gpucg.explain("dense", gpucg.tensor((8, 4096)), gpucg.tensor((4096, 4096)),
                            target="cuda")
     assert [c.impl.short_name for c in static.choices] == ["gemv", "gemv"]
     assert str(static.choices[0].condition) == "(_align0 >= 16) & (_align1 >= 16)"
-    assert static.choices[1].condition is None and static.choices[1].config["VW"] == 1
+    assert static.choices[1].condition is None and static.choices[1].config["vw"] == 1
 
 
 BAD = [  # (op, shapes, dtypes, attrs, error, message)
@@ -342,9 +342,9 @@ GEMV_OCLGRIND = """
 import json, numpy as np, gpucg
 rng = np.random.default_rng(3)
 errors = []
-for op, (m, k, n), config in (("dense", (3, 70, 33), dict(WG=64, KS=32, NC=2, VW=1, shuffle=True)),
-                              ("dense", (2, 66, 9), dict(WG=64, KS=64, NC=1, VW=2, shuffle=True)),
-                              ("matmul", (5, 40, 20), dict(WG=64, KS=4, NC=1, VW=1, shuffle=True))):
+for op, (m, k, n), config in (("dense", (3, 70, 33), dict(wg=64, k_slices=32, cols=2, vw=1, shuffle=True)),
+                              ("dense", (2, 66, 9), dict(wg=64, k_slices=64, cols=1, vw=2, shuffle=True)),
+                              ("matmul", (5, 40, 20), dict(wg=64, k_slices=4, cols=1, vw=1, shuffle=True))):
     x = rng.standard_normal((m, k)).astype(np.float32)
     w = rng.standard_normal((n, k) if op == "dense" else (k, n)).astype(np.float32)
     f = gpucg.compile(op, gpucg.tensor(x.shape), gpucg.tensor(w.shape), target="opencl",

@@ -103,8 +103,8 @@ def test_replay_is_deterministic_for_every_search(search):
     a, b = _replay(search, 30), _replay(search, 30)
     assert [(t.impl, t.config) for t in a.trials] == [(t.impl, t.config) for t in b.trials]
     assert a.best == b.best and a.best.ok and len(a.trials) == 30
-    # the default config is measured first where the log holds it: direct's default (VW = 4,
-    # double-buffered) came after these records, which stand for VW = 1 without double buffering
+    # the default config is measured first where the log holds it: direct's default (vw = 4,
+    # double-buffered) came after these records, which stand for vw = 1 without double buffering
     default = gpucg.explain("conv2d", *CONV_1X1, target="opencl", records=False).choices[0]
     recorded = {(t.impl, tuple(sorted(t.config.items()))) for t in a.trials}
     held = (default.impl.name, tuple(sorted(default.config.items()))) in recorded
@@ -406,13 +406,32 @@ def test_configs_older_than_a_knob_take_its_default():
 
 def test_recorded_configs_replay_once_the_space_has_more_knobs():
     """tests/data's conv2d records name the five tile knobs the direct kernel had then; its
-    space has more today (VW, DB, CF), and the replay fills them with their defaults."""
+    space has more today (vw, double_buffer, conflict_free), and the replay fills them with their defaults."""
     recorded = {tuple(sorted(json.loads(line)["config"])) for line in
                 RECORDED.read_text().splitlines() if '"direct.opencl"' in line}
-    assert recorded == {("BK", "BM", "BN", "TM", "TN")}
+    assert recorded == {("BK", "BM", "BN", "TM", "TN")}  # the file's old spellings
     sel = gpucg.explain("conv2d", *CONV_1X1, target="opencl", records=False)
     direct = next(c.impl for c in sel.choices if c.impl.name == "direct.opencl")
-    assert {"VW", "DB", "CF"} <= set(direct.space.knobs)
+    assert {"vw", "double_buffer", "conflict_free"} <= set(direct.space.knobs)
     b = _replay("grid", 12)
     assert len(b.trials) == 12 and b.best.ok
-    assert {"VW", "DB", "CF"} <= set(b.best.config)
+    assert {"vw", "double_buffer", "conflict_free"} <= set(b.best.config)
+
+
+def test_records_with_old_knob_spellings_keep_replaying():
+    """Records written before the knobs were renamed (old spellings: BM, VW, WG, ipt, per_item...) read with
+    today's names: the recorded PoCL space replays, and its configs are in today's space."""
+    from gpucg.records.store import KNOB_RENAMES, Record
+
+    line = RECORDED.read_text().splitlines()[0]
+    old = json.loads(line)["config"]
+    assert {"BM", "BN", "BK", "TM", "TN"} <= set(old)  # the file keeps the old spellings
+    rec = Record.from_json(line)
+    assert rec.config == {KNOB_RENAMES[k]: v for k, v in old.items()}
+    w = gpucg.autotune.Workload("conv2d", CONV_1X1, target="opencl")
+    impls, _ = w.strategy({})
+    direct = next(i for i in impls if i.name == rec.impl)
+    assert rec.config.items() <= dict(direct.space.validate(rec.config)).items()
+    best = _replay("grid", 5).best
+    assert best.ok and set(best.config) == set(direct.space.knobs)
+    assert not set(KNOB_RENAMES) & set(KNOB_RENAMES.values())  # no name is renamed twice

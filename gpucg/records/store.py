@@ -33,6 +33,12 @@ log = logging.getLogger("gpucg.autotune")
 RECORD_VERSION = 2
 #: what a failed candidate's ``error`` says; "dropped" was never measured (a device limit)
 ERROR_KINDS = ("compile", "launch", "wrong", "timeout", "crash", "dropped")
+#: knob names records written before the knobs were renamed use -> today's names; applied when
+#: a record is read, so older records keep replaying and keep matching their configs
+KNOB_RENAMES = {"BM": "bm", "BN": "bn", "BK": "bk", "TM": "tm", "TN": "tn", "WM": "wm",
+                "WN": "wn", "VW": "vw", "DB": "double_buffer", "CF": "conflict_free",
+                "KS": "k_slices", "NC": "cols", "STAGES": "stages", "WG": "wg", "ipt": "items",
+                "per_item": "chunk_items"}
 
 
 def attrs_key(attrs: dict) -> str:
@@ -135,7 +141,7 @@ class Record:
         attrs = record_attrs(str(d["op"]), dict(d["attrs"]))
         return Record(op=str(d["op"]), attrs=attrs_key(attrs),
                       inputs=tuple(str(s) for s in d["inputs"]), impl=d["impl"],
-                      config=dict(config),
+                      config={KNOB_RENAMES.get(k, k): v for k, v in config.items()},
                       bucket=tuple((str(k), int(v)) for k, v in dict(d.get("bucket", {})).items()),
                       target=str(d["target"]), device=str(d["device"]),
                       driver=str(d["driver"]), gpucg=str(d.get("gpucg", "")),

@@ -98,7 +98,7 @@ def _split_run(ctx, part, combine):
         return
     s, wg, d = ctx.size, ctx.config["wg"], int(ctx.inputs[0].shape[3])
     qtiles = ceil_div(sq, wg)
-    splits, chunk = splits_for(b * hq * qtiles, skv, ctx.config["BK"], ctx.info.sms)
+    splits, chunk = splits_for(b * hq * qtiles, skv, ctx.config["bk"], ctx.info.sms)
     rows = b * hq * sq
     po, pl = ctx.empty((rows * splits * d,), np.float32), ctx.empty((rows * splits,), np.float32)
     part(*arrays, po, pl, *mstr, s(splits), s(chunk), s(hq), s(hkv), s(hq // hkv), s(sq), s(skv),
@@ -135,10 +135,10 @@ def _bk(d: int) -> int:
 
 def _space(d: int, on_cpu: bool) -> ConfigSpace:
     bk = _bk(d)
-    return ConfigSpace({"wg": (16, 32, 64, 128), "BK": tuple(sorted({4, 8, 16, 32, 64, bk})),
+    return ConfigSpace({"wg": (16, 32, 64, 128), "bk": tuple(sorted({4, 8, 16, 32, 64, bk})),
                         "combine_wg": (64, 256)},
-                       {"wg": 16 if on_cpu else 64, "BK": bk, "combine_wg": 256},
-                       constraint=lambda c: 8 * c["BK"] * d <= 2 * TILE_BYTES)
+                       {"wg": 16 if on_cpu else 64, "bk": bk, "combine_wg": 256},
+                       constraint=lambda c: 8 * c["bk"] * d <= 2 * TILE_BYTES)
 
 
 def gpu_strategy(attrs, inputs, outputs, target):

@@ -115,8 +115,8 @@ def _direct_run(ctx, gemm) -> None:
     if k.empty:
         return
     geo = ctx.info.geo
-    grid = geo.groups * ceil_div(geo.og, ctx.config["BM"]) * ceil_div(k.n * k.oh * k.ow,
-                                                                       ctx.config["BN"])
+    grid = geo.groups * ceil_div(geo.og, ctx.config["bm"]) * ceil_div(k.n * k.oh * k.ow,
+                                                                       ctx.config["bn"])
     gemm(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=grid, block=work_group(ctx.config))
 
 
@@ -124,7 +124,7 @@ def _depthwise_run(ctx, depthwise) -> None:
     k = ConvCall(ctx)
     if k.empty:
         return
-    wg, vw = ctx.config["wg"], ctx.config["VW"]
+    wg, vw = ctx.config["wg"], ctx.config["vw"]
     total = k.n * ctx.info.geo.o * k.oh * ceil_div(k.ow, vw)
     depthwise(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=ceil_div(total, wg), block=wg)
 
@@ -144,7 +144,7 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
     input_(k.data, v, s(k.n), s(k.h), s(k.w), s(th), s(tw), np.int32(k.pt), np.int32(k.pl),
            grid=ceil_div(p * geo.c, wg), block=wg)
     mo = ctx.empty((alpha * alpha * geo.o * p,), np.float32)
-    bm, bn = ctx.config["BM"], ctx.config["BN"]
+    bm, bn = ctx.config["bm"], ctx.config["bn"]
     gemm(u, v, mo, s(p), grid=alpha * alpha * ceil_div(geo.o, bm) * ceil_div(p, bn),
          block=work_group(ctx.config))
     output(mo, *k.epilogue_args, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
@@ -190,7 +190,7 @@ DIRECT = kernel_impl("direct", _direct_run, gemm=Kernel(
     low_occupancy=("the GPU default 128 x 128 register tile, double-buffered, with vector "
                    "fragments: about 200 registers a thread, one block a multiprocessor")))
 DEPTHWISE = kernel_impl("depthwise", _depthwise_run, depthwise=Kernel(
-    "conv2d/depthwise.j2", doc="VW neighbouring outputs of one channel's row per work-item"))
+    "conv2d/depthwise.j2", doc="vw neighbouring outputs of one channel's row per work-item"))
 
 
 def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inputs: int,
@@ -244,13 +244,13 @@ def gpu_strategy(attrs, inputs, outputs, target):
         s.exclude(WINOGRAD[2, True], 14, WINOGRAD_NEEDS)
     if attrs.groups == geo.c and geo.c > 1:
         # the depthwise kernel's vector width is its knob, not the tile's fixed PLAIN one
-        s.add(DEPTHWISE, 13, info=info, fixed={k: v for k, v in common.items() if k != "VW"},
-              space=ConfigSpace({"wg": (32, 64, 128, 256), "VW": (1, 2, 4, 8)},
+        s.add(DEPTHWISE, 13, info=info, fixed={k: v for k, v in common.items() if k != "vw"},
+              space=ConfigSpace({"wg": (32, 64, 128, 256), "vw": (1, 2, 4, 8)},
                                 {"wg": 64 if on_cpu else 256,
-                                 "VW": 4 if attrs.data_layout == "NCHW" else 1}))
+                                 "vw": 4 if attrs.data_layout == "NCHW" else 1}))
     else:
         s.exclude(DEPTHWISE, 13, "needs groups == input channels > 1")
-    # the tile's VW, DB and CF are knobs of its space here, not the fixed PLAIN values
+    # the tile's vw, double_buffer and conflict_free are knobs of its space here, not the fixed PLAIN values
     direct = dict({k: v for k, v in common.items() if k not in PLAIN},
                   a_k_major=common["nchw"] and common["oihw"], b_k_major=not common["nchw"])
     vector = not common["half"]
@@ -262,41 +262,41 @@ def gpu_strategy(attrs, inputs, outputs, target):
     if not on_cpu and p.is_Integer:
         default = fill_device(default, geo.groups * geo.og, int(p), sm_count(target))
     space = gemm_space(geo.og, on_cpu, vector, default=default, added=BEFORE_LOADS)
-    # VW > 1 reads x (input 0) and W (input 1) VW elements at a time where the layouts allow:
-    # their addresses must be aligned to a vector, else the dispatcher takes VW = 1
-    needs = vector_needs({0: lambda c: c["VW"] in direct["b_vec_widths"],
-                          1: lambda c: c["VW"] in direct["a_vec_widths"]})
+    # vw > 1 reads x (input 0) and W (input 1) vw elements at a time where the layouts allow:
+    # their addresses must be aligned to a vector, else the dispatcher takes vw = 1
+    needs = vector_needs({0: lambda c: c["vw"] in direct["b_vec_widths"],
+                          1: lambda c: c["vw"] in direct["a_vec_widths"]})
     s.add(DIRECT, 10, info=info, space=space, fixed=direct, needs=needs)
     return s
 
 
-#: the direct kernel before it had the VW, DB and CF knobs (what tuning records of that time
+#: the direct kernel before it had the vw, double_buffer and conflict_free knobs (what tuning records of that time
 #: measured): scalar loads, one local tile of each operand, the conflict-free layouts
-BEFORE_LOADS = {"VW": 1, "DB": False, "CF": True}
+BEFORE_LOADS = {"vw": 1, "double_buffer": False, "conflict_free": True}
 
 
 def _direct_default(on_cpu: bool, vector: bool) -> dict:
     if on_cpu:  # measured on PoCL (64->64, 56x56): 113 ms against 213 ms for 32x64 tiles;
-        # VW=4 with double buffering 0.43-0.51x the time of the kernel before the knobs on
+        # vw=4 with double buffering 0.43-0.51x the time of the kernel before the knobs on
         # resnet 3x3 (NCHW, NHWC), 1x1 and stem layers (benchmarks/results/, 2026-11-23)
-        return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
-                "DB": True, "CF": True}
-    return {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
-            "DB": True, "CF": True}
+        return {"bm": 64, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "vw": 4 if vector else 1,
+                "double_buffer": True, "conflict_free": True}
+    return {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "vw": 4 if vector else 1,
+            "double_buffer": True, "conflict_free": True}
 
 
 def a_vectors(attrs: Conv2dAttrs, geo, vw: int) -> bool:
-    """Whether the direct kernel loads W VW elements at a time: along K where a row of W is
-    one of K (OIHW weights with NCHW data: K a multiple of VW), along the output channels
-    where they are W's contiguous axis (HWIO: Og a multiple of VW)."""
+    """Whether the direct kernel loads W vw elements at a time: along K where a row of W is
+    one of K (OIHW weights with NCHW data: K a multiple of vw), along the output channels
+    where they are W's contiguous axis (HWIO: Og a multiple of vw)."""
     if attrs.kernel_layout == "OIHW":
         return attrs.data_layout == "NCHW" and (geo.cg * geo.kh * geo.kw) % vw == 0
     return geo.og % vw == 0
 
 
 def b_vectors(attrs: Conv2dAttrs, geo, vw: int) -> bool:
-    """Whether the direct kernel loads x VW elements at a time: along the channels in NHWC
-    (Cg a multiple of VW: a tap's VW channels lie together), along the pixels of a pointwise
+    """Whether the direct kernel loads x vw elements at a time: along the channels in NHWC
+    (Cg a multiple of vw: a tap's vw channels lie together), along the pixels of a pointwise
     NCHW convolution (1x1, stride 1, no padding: the im2col matrix is x itself)."""
     if attrs.data_layout == "NHWC":
         return geo.cg % vw == 0

@@ -39,8 +39,8 @@ def _run(ctx, gemm) -> None:
     if k.empty:
         return
     c, geo, p = ctx.config, ctx.info.geo, ctx.fixed
-    grid = geo.groups * ceil_div(k.n * k.oh * k.ow, c["BM"]) * ceil_div(geo.og, c["BN"])
-    threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
+    grid = geo.groups * ceil_div(k.n * k.oh * k.ow, c["bm"]) * ceil_div(geo.og, c["bn"])
+    threads = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
     aligned = all(gemm_mma.alignment_of(a) % 16 == 0 for a in (k.data, k.weight))
     pairs = not p["nchw"] and gemm_mma.pairs_ok(k.y, geo.og)
     gemm(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, np.int32(int(aligned) | int(pairs) << 1),
@@ -76,7 +76,7 @@ def space(eb: int, small: bool, og: int) -> ConfigSpace:
     base = gemm_mma.mma_space(eb, small)
     default = dict(base.default)
     if not small and og <= 64:
-        default.update(BM=128, BN=64, WM=32, WN=32)
+        default.update(bm=128, bn=64, wm=32, wn=32)
     return ConfigSpace(base.knobs, default, base.constraint)
 
 
@@ -147,9 +147,9 @@ def _winograd_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
     mo = ctx.empty((a2 * geo.o * tiles,), np.float32)
     epc = 16 // eb
     rows = geo.c % epc == 0 and (p["b_k_major"] or tiles % epc == 0)
-    threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
+    threads = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
     gemm(u, v, mo, s(tiles), np.int32(int(rows) | int(tiles % 2 == 0) << 1),
-         grid=a2 * ceil_div(geo.o, c["BM"]) * ceil_div(tiles, c["BN"]), block=threads)
+         grid=a2 * ceil_div(geo.o, c["bm"]) * ceil_div(tiles, c["bn"]), block=threads)
     output(mo, *k.epilogue_args, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
            grid=ceil_div(tiles * geo.o, wg), block=wg)
 

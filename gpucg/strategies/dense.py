@@ -97,25 +97,25 @@ def _sizes(ctx):
 def _tiled_run(ctx, gemm) -> None:
     m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
-    grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
+    grid = nb * ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
     gemm(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=grid, block=work_group(c))
 
 
 def _gemv_run(ctx, gemv) -> None:
     m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
-    cols = c["WG"] // c["KS"] * c["NC"]
+    cols = c["wg"] // c["k_slices"] * c["cols"]
     gemv(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=nb * ceil_div(n, cols),
-         block=c["WG"])
+         block=c["wg"])
 
 
 def _splitk_run(ctx, partial, reduce) -> None:
     m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
-    tiles = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
-    slices = max(1, min(ceil_div(k, 4 * c["BK"]), ceil_div(ctx.info.splitk_groups, max(tiles, 1)),
+    tiles = nb * ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
+    slices = max(1, min(ceil_div(k, 4 * c["bk"]), ceil_div(ctx.info.splitk_groups, max(tiles, 1)),
                         64))
-    kc = ceil_div(ceil_div(k, slices), c["BK"]) * c["BK"]  # whole tiles, so loads stay aligned
+    kc = ceil_div(ceil_div(k, slices), c["bk"]) * c["bk"]  # whole tiles, so loads stay aligned
     slices = ceil_div(k, kc) if k else 1
     total = nb * m * n
     part = ctx.empty((slices * total,), np.float64 if ctx.fixed["acc_t"] == "double"
@@ -131,8 +131,8 @@ def _splitk_run(ctx, partial, reduce) -> None:
 def _mma_run(ctx, gemm) -> None:
     m, n, k, nb, arrays, args, lay = _sizes(ctx)
     c, s = ctx.config, ctx.size
-    grid = nb * ceil_div(m, c["BM"]) * ceil_div(n, c["BN"])
-    threads = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"]) * 32
+    grid = nb * ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
+    threads = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
     out = ctx.outputs[0]
     flags = gemm_mma.vector_ok(ctx, arrays, m, n, k, lay) | gemm_mma.pairs_ok(out, n) << 1
     gemm(*arrays, out, s(m), s(n), s(k), *args, np.int32(flags), grid=grid, block=threads)
@@ -197,22 +197,22 @@ def params(op, attrs, inputs, outputs, d) -> dict:
 
 def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
                on_cpu: bool = False, cuda: bool = False) -> ConfigSpace:
-    """The small-M kernel: WG work-items as KS slices of K times WG/KS column threads, NC
-    columns each, VW elements of K a step; the slices' sums must fit the local memory.
+    """The small-M kernel: wg work-items as k_slices slices of K times wg/k_slices column threads, cols
+    columns each, vw elements of K a step; the slices' sums must fit the local memory.
     ``shuffle``: a warp's slices added by xor shuffles (CUDA's default; OpenCL emulates them
     through local memory, two barriers a round, so its default adds them in local memory)."""
     def ok(c):
-        return (c["KS"] <= c["WG"] and c["WG"] * m_rows * c["NC"] * acc_bytes <= 48 * 1024)
+        return (c["k_slices"] <= c["wg"] and c["wg"] * m_rows * c["cols"] * acc_bytes <= 48 * 1024)
     if b_k_major and on_cpu:
-        default = {"WG": 64, "KS": 64, "NC": 8 if acc_bytes == 4 or m_rows < 16 else 4,
-                   "VW": 4 if vector else 1}
+        default = {"wg": 64, "k_slices": 64, "cols": 8 if acc_bytes == 4 or m_rows < 16 else 4,
+                   "vw": 4 if vector else 1}
     elif b_k_major:  # 16 KiB of partial sums at most: fits any OpenCL GPU's local memory
-        default = {"WG": 128, "KS": 128, "NC": 2 if acc_bytes == 4 or m_rows < 16 else 1,
-                   "VW": 4 if vector else 1}
+        default = {"wg": 128, "k_slices": 128, "cols": 2 if acc_bytes == 4 or m_rows < 16 else 1,
+                   "vw": 4 if vector else 1}
     else:
-        default = {"WG": 128, "KS": 8, "NC": 2, "VW": 1}
-    return ConfigSpace({"WG": (64, 128, 256), "KS": (1, 2, 4, 8, 16, 32, 64, 128, 256),
-                        "NC": (1, 2, 4, 8), "VW": (1, 2, 4) if vector else (1,),
+        default = {"wg": 128, "k_slices": 8, "cols": 2, "vw": 1}
+    return ConfigSpace({"wg": (64, 128, 256), "k_slices": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+                        "cols": (1, 2, 4, 8), "vw": (1, 2, 4) if vector else (1,),
                         "shuffle": (False, True)},
                        dict(default, shuffle=cuda), constraint=ok, added={"shuffle": False})
 
@@ -239,7 +239,7 @@ def gpu_strategy(op: str):
             default = fill_device(default, int(nb) * int(m), int(n), sm_count(target))
         tile = gemm_space(int(m) if m.is_Integer else None, target.on_cpu, vector, acc_bytes,
                           default=default)
-        # VW > 1 loads both operands VW at a time (where their rows allow: the kernel checks
+        # vw > 1 loads both operands vw at a time (where their rows allow: the kernel checks
         # the lengths), so both addresses must be aligned to a vector (the dispatcher checks)
         needs = vector_needs({0: True, 1: True}, acc_bytes) if vector else None
         s.add(GEMM_SPLITK, 14, info=info, fixed=common, space=tile, needs=needs,
@@ -251,15 +251,15 @@ def gpu_strategy(op: str):
 
 def _default_tile(on_cpu: bool, vector: bool, acc_bytes: int) -> dict:
     if on_cpu:  # PoCL, 1024^3 float32: vector loads 1.7x faster, double buffering no gain;
-        # the conflict-free layouts (CF) were not shown faster there (1.09-1.10x the time, within
+        # the conflict-free layouts (conflict_free) were not shown faster there (1.09-1.10x the time, within
         # the 1.06-1.08x that identical kernels measured on the shared VM, 2026-11-23): kept off
-        return {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
-                "DB": False, "CF": False}
+        return {"bm": 64, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "vw": 4 if vector else 1,
+                "double_buffer": False, "conflict_free": False}
     if acc_bytes == 8:  # 16 KiB of local tiles, as float32's
-        return {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4, "VW": 2 if vector else 1,
-                "DB": True, "CF": True}
-    return {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VW": 4 if vector else 1,
-            "DB": True, "CF": True}
+        return {"bm": 64, "bn": 64, "bk": 8, "tm": 4, "tn": 4, "vw": 2 if vector else 1,
+                "double_buffer": True, "conflict_free": True}
+    return {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "vw": 4 if vector else 1,
+            "double_buffer": True, "conflict_free": True}
 
 
 def host_strategy(op: str):

@@ -45,33 +45,33 @@ def mma_kind(dtype: str, allow_tf32: bool, a_k_major: bool, b_k_major: bool):
 
 def _ok(eb: int):
     def ok(c):
-        nw = (c["BM"] // c["WM"]) * (c["BN"] // c["WN"])
+        nw = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"])
         nt, epc = nw * 32, 16 // eb
-        return (c["BM"] % c["WM"] == 0 and c["BN"] % c["WN"] == 0 and c["WN"] % 16 == 0
-                and 1 <= nw <= 8 and c["BK"] % 16 == 0
-                and (c["BM"] * c["BK"] // epc) % nt == 0 and (c["BN"] * c["BK"] // epc) % nt == 0
+        return (c["bm"] % c["wm"] == 0 and c["bn"] % c["wn"] == 0 and c["wn"] % 16 == 0
+                and 1 <= nw <= 8 and c["bk"] % 16 == 0
+                and (c["bm"] * c["bk"] // epc) % nt == 0 and (c["bn"] * c["bk"] // epc) % nt == 0
                 and smem_bytes(c, eb) <= SMEM_BYTES)
     return ok
 
 
 def smem_bytes(config, eb: int) -> int:
-    """Shared memory of the stages: STAGES x BK x (BM + BN) elements."""
-    return config["STAGES"] * config["BK"] * (config["BM"] + config["BN"]) * eb
+    """Shared memory of the stages: stages x bk x (bm + bn) elements."""
+    return config["stages"] * config["bk"] * (config["bm"] + config["bn"]) * eb
 
 
 def mma_space(eb: int, small: bool) -> ConfigSpace:
-    """Block tile BM x BN x BK, warp tile WM x WN (16 x 8 mma tiles), STAGES cp.async stages;
+    """Block tile bm x bn x bk, warp tile wm x wn (16 x 8 mma tiles), stages cp.async stages;
     pruned to what fits 48 KiB of shared memory and 8 warps. The twin's default (``small``)
     is small: its emulated warps are slow (the CUDA defaults can be forced on it)."""
     if small:
-        default = {"BM": 32, "BN": 32, "BK": 32, "WM": 16, "WN": 16, "STAGES": 2}
+        default = {"bm": 32, "bn": 32, "bk": 32, "wm": 16, "wn": 16, "stages": 2}
     elif eb == 4:  # 64 x 128 x 16 float32, 4 stages: 48 KiB; 32 x 32 warp tiles (a 64 x 32
         # one, with TF32's wider fragments, needs 164-180 registers: one block per SM)
-        default = {"BM": 64, "BN": 128, "BK": 16, "WM": 32, "WN": 32, "STAGES": 4}
+        default = {"bm": 64, "bn": 128, "bk": 16, "wm": 32, "wn": 32, "stages": 4}
     else:  # 128 x 128 x 32 halves, 3 stages: 48 KiB
-        default = {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 32, "STAGES": 3}
-    knobs = {"BM": (32, 64, 128, 256), "BN": (32, 64, 128, 256), "BK": (16, 32, 64),
-             "WM": (16, 32, 64), "WN": (16, 32, 64), "STAGES": (2, 3, 4)}
+        default = {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 32, "stages": 3}
+    knobs = {"bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (16, 32, 64),
+             "wm": (16, 32, 64), "wn": (16, 32, 64), "stages": (2, 3, 4)}
     return ConfigSpace(knobs, default, constraint=_ok(eb))
 
 
@@ -136,8 +136,8 @@ class Request:
 def _tile(params, config, operand: str):
     eb = params["EB"]
     k_major = params["a_k_major" if operand == "A" else "b_k_major"]
-    rows = config["BM" if operand == "A" else "BN"]
-    row_elems = config["BK"] if k_major else rows
+    rows = config["bm" if operand == "A" else "bn"]
+    row_elems = config["bk"] if k_major else rows
     return k_major, row_elems * eb // 16
 
 
@@ -146,7 +146,7 @@ def smem_requests(params, config) -> list:
     shared-memory access of the core: the 16-byte cp.async stores of A and B and the ldmatrix.x4
     reads of A and B, evaluated with the kernel's own swizzle (gpucg.codegen.warp.swizzle)."""
     out = []
-    nt = (config["BM"] // config["WM"]) * (config["BN"] // config["WN"]) * 32
+    nt = (config["bm"] // config["wm"]) * (config["bn"] // config["wn"]) * 32
     for operand in ("A", "B"):
         k_major, cpr = _tile(params, config, operand)
         at = [(q // cpr) * cpr * 16 + swizzle(q // cpr, q % cpr, cpr) * 16 for q in range(32)]

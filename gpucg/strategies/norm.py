@@ -80,7 +80,7 @@ def _split(ctx, main, sums, pairs, apply) -> None:
     each chunk, then the row's pair from its chunks' and each chunk mapped."""
     outer, n, _ = _dims(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunk, chunks = split_chunks(n, outer, wg * c["per_item"], c["groups"])
+    chunk, chunks = split_chunks(n, outer, wg * c["chunk_items"], c["groups"])
     if chunks == 1:
         _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, wg)
         return
@@ -110,9 +110,9 @@ NORM_GROUP = kernel_impl("norm_group", _row_run("wg"), main=Kernel(
     "norm/rows.j2", {"mode": "row", "strided": False}, lambda p: {"lanes": p["wg"]},
     doc="a work-group a row, the row in registers"))
 NORM_BLOCKS = kernel_impl("norm_blocks", _row_run("wg"), main=Kernel(
-    "norm/rows.j2", {"mode": "row", "strided": False, "ipt": 0}, lambda p: {"lanes": p["wg"]},
+    "norm/rows.j2", {"mode": "row", "strided": False, "items": 0}, lambda p: {"lanes": p["wg"]},
     doc="a work-group a row, read again for each pass"))
-_SPLIT = {"strided": False, "ipt": 0}
+_SPLIT = {"strided": False, "items": 0}
 _SPLIT_KERNELS = dict(
     main=Kernel("norm/rows.j2", dict(_SPLIT, mode="row"), lambda p: {"lanes": p["wg"]},
                 doc="a row short enough for one work-group"),
@@ -127,32 +127,32 @@ NORM_SPLIT_MEAN = kernel_impl(
     sums=Kernel("norm/rows.j2", dict(_SPLIT, mode="sum"), lambda p: {"lanes": p["wg"]},
                 doc="pass 1: the sum of each chunk of a row"))
 NORM_COLS = kernel_impl("norm_cols", _cols_run, main=Kernel(
-    "norm/rows.j2", {"mode": "row", "strided": True, "ipt": 0, "lanes": 1},
+    "norm/rows.j2", {"mode": "row", "strided": True, "items": 0, "lanes": 1},
     doc="one work-item a column of a non-last axis"))
 
 
 def _spaces(on_cpu: bool) -> dict:
-    """Config spaces; a row's capacity in registers is fixed (lanes * ipt), so the size
+    """Config spaces; a row's capacity in registers is fixed (lanes * items), so the size
     conditions hold whatever a tuning record picks."""
     online, unroll = (False, True), (1, 2, 4, 8)
     return {
         "warp": ConfigSpace({"wg": (32, 64, 128, 256), "lanes": (8, 16, 32),
-                             "ipt": (8, 16, 32)}, {"wg": 256, "lanes": 32, "ipt": 8},
-                            constraint=lambda c: c["lanes"] * c["ipt"] == WARP_CAPACITY
+                             "items": (8, 16, 32)}, {"wg": 256, "lanes": 32, "items": 8},
+                            constraint=lambda c: c["lanes"] * c["items"] == WARP_CAPACITY
                             and c["wg"] >= c["lanes"]),
-        "group": ConfigSpace({"wg": (128, 256, 512, 1024), "ipt": (4, 8, 16, 32)},
-                             {"wg": 256, "ipt": 16},
-                             constraint=lambda c: c["wg"] * c["ipt"] == GROUP_CAPACITY),
+        "group": ConfigSpace({"wg": (128, 256, 512, 1024), "items": (4, 8, 16, 32)},
+                             {"wg": 256, "items": 16},
+                             constraint=lambda c: c["wg"] * c["items"] == GROUP_CAPACITY),
         "blocks": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
                                "unroll": unroll},
                               {"wg": 1, "online": False, "unroll": 8} if on_cpu else
                               {"wg": 256, "online": True, "unroll": 2}),
         "split": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
-                              "unroll": unroll, "per_item": (16, 256, 4096),
+                              "unroll": unroll, "chunk_items": (16, 256, 4096),
                               "groups": (8, 256, 1024)},
-                             {"wg": 1, "online": False, "unroll": 8, "per_item": 4096,
+                             {"wg": 1, "online": False, "unroll": 8, "chunk_items": 4096,
                               "groups": 8} if on_cpu else
-                             {"wg": 256, "online": True, "unroll": 2, "per_item": 16,
+                             {"wg": 256, "online": True, "unroll": 2, "chunk_items": 16,
                               "groups": 1024}),
         "cols": ConfigSpace({"wg": (1, 16, 64, 128, 256), "online": online, "unroll": unroll},
                             {"wg": 16, "online": False, "unroll": 1} if on_cpu else
@@ -167,14 +167,14 @@ def gpu_strategy(op: str):
         outer, n, inner = split_axis(x.shape, axis)
         acc = "float64" if x.dtype == "float64" else "float32"
         params = dict(op=op, acc_dtype=acc, half=half_format(x.dtype),
-                      eps=float(getattr(attrs, "eps", 0.0)), online=False, ipt=0, unroll=1)
+                      eps=float(getattr(attrs, "eps", 0.0)), online=False, items=0, unroll=1)
         info = NormInfo(op, axis, acc)
         spaces = _spaces(target.on_cpu)
         rows = sympy.Eq(inner, 1)
         s = Strategy(target)
 
         def add(decl, plevel, space, condition=None):
-            # params holds defaults (online, ipt, unroll) for the kernels whose space has no
+            # params holds defaults (online, items, unroll) for the kernels whose space has no
             # such knob
             knobs = spaces[space].knobs
             s.add(decl, plevel, condition=condition, space=spaces[space], info=info,

@@ -95,7 +95,7 @@ def _group_run(ctx, main) -> None:
 def _split_run(ctx, main, part, merge) -> None:
     outer, n, _ = _single(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunk, chunks = split_chunks(n, outer, wg * c["unroll"] * c["per_item"], c["groups"])
+    chunk, chunks = split_chunks(n, outer, wg * c["unroll"] * c["chunk_items"], c["groups"])
     if chunks == 1:
         _rows(main, ctx, ctx.inputs, ctx.outputs, outer, n, n, 1, wg)
         return
@@ -108,7 +108,7 @@ def _cols_run(ctx, main, part, merge) -> None:
     outer, n, inner = _single(ctx)
     c = ctx.config
     colblocks = ceil_div(inner, c["tx"] * c["vec"])
-    chunk, chunks = split_chunks(n, outer * colblocks, c["ty"] * c["per_item"], c["groups"])
+    chunk, chunks = split_chunks(n, outer * colblocks, c["ty"] * c["chunk_items"], c["groups"])
     if chunks == 1:
         _cols(main, ctx, ctx.inputs, ctx.outputs, outer, n, inner, n, 1)
         return
@@ -173,21 +173,21 @@ def _spaces(on_cpu: bool) -> dict:
     # block beats the best so far (a CPU vectorizes that; a GPU tracks indices in one pass)
     rows = {"wg": (1, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
             "two_pass": (False, True)}
-    split = {**rows, "per_item": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
+    split = {**rows, "chunk_items": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
     cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 16, 64, 128, 256),
-            "per_item": (16, 256), "groups": (8, 256, 1024, 4096)}
+            "chunk_items": (16, 256), "groups": (8, 256, 1024, 4096)}
     # a work-group of at most 1024 work-items, and its tree in at most 32 KiB of local memory
     def fits(c):
         return c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768
 
     if on_cpu:
         d_rows, d_cols = {"wg": 1, "unroll": 8, "two_pass": True}, {"tx": 1, "ty": 1, "vec": 128}
-        d_split = dict(d_rows, per_item=4096, groups=8)
-        d_cols.update(per_item=256, groups=8)
+        d_split = dict(d_rows, chunk_items=4096, groups=8)
+        d_cols.update(chunk_items=256, groups=8)
     else:
         d_rows, d_cols = {"wg": 256, "unroll": 2, "two_pass": False}, {"tx": 32, "ty": 8, "vec": 2}
-        d_split = dict(d_rows, per_item=16, groups=1024)
-        d_cols.update(per_item=16, groups=1024)
+        d_split = dict(d_rows, chunk_items=16, groups=1024)
+        d_cols.update(chunk_items=16, groups=1024)
     # the passes reduce separate runs of axes, without splitting a pass (no argmax either)
     passes = {"wg": rows["wg"], "unroll": rows["unroll"], "tx": cols["tx"], "ty": cols["ty"],
               "vec": cols["vec"]}

@@ -151,10 +151,10 @@ def _group_run(ctx, emit, split, emit_pairs, split_pairs) -> None:
     s = ctx.size
     kk = ctx.fixed["K"]  # the private list length the kernels were compiled for
     wg = ctx.config["wg"]
-    per_item, groups = ctx.config["per_item"], ctx.config["groups"]
+    chunk_items, groups = ctx.config["chunk_items"], ctx.config["groups"]
     n_cur, pairs, last, part = p.n, (), emit, split
     while True:
-        splits = max(1, min(ceil_div(groups, p.rows), ceil_div(n_cur, wg * per_item)))
+        splits = max(1, min(ceil_div(groups, p.rows), ceil_div(n_cur, wg * chunk_items)))
         if splits == 1:
             last(p.data, *pairs, p.values, p.indices, s(p.inner), s(n_cur), s(p.n), s(p.k), s(1),
                  grid=p.rows, block=wg)
@@ -285,9 +285,9 @@ def gpu_strategy(attrs, inputs, outputs, target):
         # a CPU core runs a work-item of one best scanning its own stretch of a row
         # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
         s.add(TOPK_GROUP, 12, condition=n >= 2 * kk, fixed=dict(keyp, K=kk),
-              space=ConfigSpace({"wg": wgs, "per_item": (16, 64, 256, 1024),
+              space=ConfigSpace({"wg": wgs, "chunk_items": (16, 64, 256, 1024),
                                  "groups": (2, 4, 16, 64, 256, 1024)},
-                                {"wg": 1 if on_cpu else wg_max, "per_item": 1024 if on_cpu else 16,
+                                {"wg": 1 if on_cpu else wg_max, "chunk_items": 1024 if on_cpu else 16,
                                  "groups": 4 if on_cpu else 1024}))
     elif v.k > GROUP_K_MAX:
         s.exclude(TOPK_GROUP, 12, f"needs k <= {GROUP_K_MAX} (k is {v.k})")

@@ -152,7 +152,7 @@ def simt_report(config, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
     c = dict(config)
     tile = None
     if before:
-        plain = (tl.TileLayout(c["BK"], c["BM"]), tl.TileLayout(c["BK"], c["BN"]))
+        plain = (tl.TileLayout(c["bk"], c["bm"]), tl.TileLayout(c["bk"], c["bn"]))
         tile = tl.SimtTile(*plain, 1, 1)
     return report(tl.requests(c, a_k_major, b_k_major, acc_bytes, tile=tile))
 
@@ -184,7 +184,7 @@ def _requests_fn(impl_name: str):
 def kernel_reports(compiled) -> list[tuple[str, str, list[RequestReport]]]:
     """(implementation, kernel, reports) for each kernel of a compiled call's implementations
     whose shared-memory requests are known: the SIMT GEMM tile's (any kernel rendered with its
-    BM/TM/a_k_major parameters) and registered cores'."""
+    bm/tm/a_k_major parameters) and registered cores'."""
     out = []
     for choice in compiled.selection.choices:
         impl = choice.impl
@@ -195,9 +195,9 @@ def kernel_reports(compiled) -> list[tuple[str, str, list[RequestReport]]]:
                 continue  # a transform beside the core: no shared memory
             if fn is not None:
                 out.append((impl.name, key, report(fn(dict(choice.config), params))))
-            elif {"BM", "BN", "BK", "TM", "TN", "a_k_major", "b_k_major"} <= set(params):
+            elif {"bm", "bn", "bk", "tm", "tn", "a_k_major", "b_k_major"} <= set(params):
                 acc = 8 if params.get("acc_t") == "double" else 4
-                cfg = {k: params[k] for k in ("BM", "BN", "BK", "TM", "TN", "VW", "CF")
+                cfg = {k: params[k] for k in ("bm", "bn", "bk", "tm", "tn", "vw", "conflict_free")
                        if k in params}
                 out.append((impl.name, key, simt_report(cfg, params["a_k_major"],
                                                         params["b_k_major"], acc)))
