@@ -74,10 +74,12 @@ class Dialect:
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
-    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
+    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
         """The helper functions of the warp operations a kernel uses: mma kinds, ldmatrix
-        (num, trans) variants and cp.async sizes (True: all of them)."""
-        return self.warp.helpers(mma, ldmatrix, cp_async)
+        (num, trans) variants and cp.async sizes (True: all of them); ``pack``: the format
+        (float16, bfloat16) :meth:`pack2` packs, if any (with :meth:`half_helpers` storing
+        it)."""
+        return self.warp.helpers(mma, ldmatrix, cp_async, self.half_format(pack) == "float16")
 
     def launch_bounds(self, threads: int, blocks: int) -> str:
         """A kernel qualifier asking for ``blocks`` resident blocks of ``threads`` (CUDA's
@@ -152,6 +154,21 @@ class Dialect:
             return (f"*({g}{u}*)({ptr} + {index}) = ({u})gpucg_f2bf({a}) | "
                     f"(({u})gpucg_f2bf({b}) << 16);")
         return self.warp.store2(ptr, index, a, b, fmt == "float16")
+
+    def pack2(self, a: str, b: str, half) -> str:
+        """Floats a, b rounded to the 16-bit format ``half`` (nearest even) in one 32-bit
+        register, a in the low half: an m16n8k16 fragment register made from accumulators."""
+        fmt = self.half_format(half)
+        if fmt == "bfloat16":
+            u = self.utype(32)
+            return f"(({u})gpucg_f2bf({a}) | (({u})gpucg_f2bf({b}) << 16))"
+        if fmt != "float16":
+            raise DTypeError(f"pack2 packs float16 or bfloat16, not {half!r}")
+        return self.warp.pack_f16(a, b)
+
+    def float_bits(self, x: str) -> str:
+        """The bits of the float ``x`` as a 32-bit register (a tf32 fragment register)."""
+        return self.warp.float_bits(x)
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""
