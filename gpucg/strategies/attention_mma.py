@@ -52,7 +52,7 @@ def regs(c, d: int, kind: str) -> int:
     return d // (8 if kind == "tf32" else 16) * 4 + d // 2 + c["bkv"] // 2
 
 
-def _space(d: int, kind: str, eb: int, small: bool) -> ConfigSpace | None:
+def space_for(d: int, kind: str, eb: int, small: bool) -> ConfigSpace | None:
     def ok(c):
         return smem_bytes(c, d, eb) <= SMEM_BYTES and regs(c, d, kind) <= REGS_MAX
     knobs = {"warps": (1, 2, 4, 8), "bkv": (16, 32, 64), "stages": (2, 3)}
@@ -98,7 +98,7 @@ def offer(s, dtype: str, allow_tf32: bool, d: int, params: dict, info, target) -
     if d not in HEAD_DIMS:
         s.exclude(FLASH_MMA, plevel, f"head dim D={d} is not one of {HEAD_DIMS}")
         return
-    space = _space(d, kind, eb, twin or target.on_cpu)
+    space = space_for(d, kind, eb, twin or target.on_cpu)
     if space is None:
         s.exclude(FLASH_MMA, plevel, f"head dim D={d} in {kind}: no tile fits; a lane would "
                   f"hold over {REGS_MAX} registers of q fragments and output (ptxas spills) "
