@@ -56,7 +56,7 @@ def space_for(d: int, kind: str, eb: int, small: bool) -> ConfigSpace | None:
     def ok(c):
         return smem_bytes(c, d, eb) <= SMEM_BYTES and regs(c, d, kind) <= REGS_MAX
     knobs = {"warps": (1, 2, 4, 8), "bkv": (16, 32, 64), "stages": (2, 3)}
-    prefer = ([(2, 32, 2), (1, 16, 2)] if small else
+    prefer = ([(1, 32, 2), (1, 16, 2)] if small else
               [(4, 64, 2), (4, 32, 2), (2, 32, 2), (2, 16, 2), (1, 16, 2)])
     for w, bkv, st in prefer:
         c = {"warps": w, "bkv": bkv, "stages": st}
