@@ -164,11 +164,11 @@ class Dialect:
             return f"(({u})gpucg_f2bf({a}) | (({u})gpucg_f2bf({b}) << 16))"
         if fmt != "float16":
             raise DTypeError(f"pack2 packs float16 or bfloat16, not {half!r}")
-        return self.warp.pack_f16(a, b)
+        return self.warp.pack_f16.format(a=a, b=b)
 
     def float_bits(self, x: str) -> str:
         """The bits of the float ``x`` as a 32-bit register (a tf32 fragment register)."""
-        return self.warp.float_bits(x)
+        return self.warp.float_bits.format(x=x)
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""

@@ -127,9 +127,11 @@ class CudaWarp(CudaShuffles):
     """The PTX instructions as inline asm (shuffles: gpucg/codegen/shuffle.py)."""
 
     unroll: str = "#pragma unroll"
+    #: two floats as a register of two float16 bits (the store helper's); a float's bits
+    pack_f16: str = "((unsigned)gpucg_f2h({a}) | ((unsigned)gpucg_f2h({b}) << 16))"
+    float_bits: str = "__float_as_uint({x})"
 
     def helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
-        """``pack``: nothing here (pack_f16 uses the float16 store helper, gpucg_f2h)."""
         variants, sizes = _variants(ldmatrix), _sizes(cp_async)
         parts = [_CUDA_SMEM_ADDR] if variants or sizes else []
         parts += [_cuda_mma(_kind(k)) for k in mma]
@@ -161,12 +163,6 @@ class CudaWarp(CudaShuffles):
             return (f"*(unsigned*)({ptr} + {index}) = (unsigned)gpucg_f2h({a}) | "
                     f"((unsigned)gpucg_f2h({b}) << 16);")
         return f"*(float2*)({ptr} + {index}) = make_float2({a}, {b});"
-
-    def pack_f16(self, a: str, b: str) -> str:
-        return f"((unsigned)gpucg_f2h({a}) | ((unsigned)gpucg_f2h({b}) << 16))"
-
-    def float_bits(self, x: str) -> str:
-        return f"__float_as_uint({x})"
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}({regs}, "
@@ -306,11 +302,7 @@ def _opencl_ldmatrix(num: int, trans: bool) -> str:
 _OPENCL_PACK_F16 = """\
 /* two floats as float16 bits (rounded to nearest even) in one register, a in the low half */
 static inline uint gpucg_pack_f16(float a, float b)
-{
-    ushort2 h;
-    vstore_half2_rte((float2)(a, b), 0, (half*)&h);
-    return as_uint(h);
-}
+{ ushort2 h; vstore_half2_rte((float2)(a, b), 0, (half*)&h); return as_uint(h); }
 """
 
 
@@ -320,9 +312,10 @@ class OpenCLWarp(OpenCLShuffles):
     scratch (``gpucg_ws``: this warp's :data:`SCRATCH_WORDS` words; ``gpucg_lane``)."""
 
     unroll: str = ""
+    pack_f16: str = "gpucg_pack_f16({a}, {b})"
+    float_bits: str = "as_uint({x})"
 
     def helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
-        """``pack``: the float16 pair packer pack_f16 calls."""
         _sizes(cp_async)  # copies need no helper here
         parts = [_OPENCL_PACK_F16] if pack else []
         parts += [_opencl_mma(_kind(k)) for k in mma]
@@ -352,12 +345,6 @@ class OpenCLWarp(OpenCLShuffles):
     def store2(self, ptr: str, index: str, a: str, b: str, half: bool) -> str:
         fn = "vstore_half2_rte" if half else "vstore2"
         return f"{fn}((float2)({a}, {b}), 0, {ptr} + {index});"
-
-    def pack_f16(self, a: str, b: str) -> str:
-        return f"gpucg_pack_f16({a}, {b})"
-
-    def float_bits(self, x: str) -> str:
-        return f"as_uint({x})"
 
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}(gpucg_ws, gpucg_lane, "

@@ -194,7 +194,9 @@ def _cases():
             c((1, 2, 3, 32), (1, 1, 1024, 32), "float32", "small", "split-KV decode, causal",
               causal=True, return_lse=True),
             c((1, 2, 19, 80), (1, 2, 19, 80), "float16", "small", "mask and softcap",
-              mask=((1, 1, 19, 19), "bool"), softcap=20.0)]
+              mask=((1, 1, 19, 19), "bool"), softcap=20.0),
+            c((1, 2, 5, 32), (1, 1, 21, 32), "float32", "small", "TF32 allowed, GQA",
+              mask=((21,), "float32"), allow_tf32=True)]
 
 
 register_op("attention", attrs=AttentionAttrs, num_inputs=4, optional_inputs=1,
