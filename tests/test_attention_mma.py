@@ -49,10 +49,12 @@ def _inputs(rng, dtype, b, hq, hkv, sq, skv, d, layout, mask):
                       for s, n in zip(mask[0], ("b", "hq", "sq", "skv")[4 - len(mask[0]):]))
         if mask[1] == "bool":
             m = rng.random(shape) < 0.7
-            m.reshape(-1, shape[-1])[0] = False  # a fully masked row
+            if m.size:
+                m.reshape(-1, shape[-1])[0] = False  # a fully masked row
         else:
             m = make(shape, mask[1], rng, 2.0)
-            m[..., 0] = -np.inf  # a key no row sees
+            if m.size:
+                m[..., 0] = -np.inf  # a key no row sees
     return q, k, v, m
 
 
