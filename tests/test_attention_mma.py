@@ -15,7 +15,7 @@ import pytest
 
 import gpucg
 from gpucg import var
-from gpucg.strategies import attention_mma
+from gpucg.strategies import attention_mma, gemm_mma
 from test_attention import check, make, torch_ref
 
 TF32_TOL = 5e-3
@@ -104,8 +104,10 @@ def test_float16_gqa_causal_lse():
 
 
 def test_unaligned_operands_copy_element_by_element(monkeypatch):
-    """vec = 0 (an operand not 16-byte aligned): the scalar copies fill the same tiles."""
-    monkeypatch.setattr(attention_mma, "alignment_of", lambda a: 2)
+    """vec = 0 (an operand not 16-byte aligned, o not aligned to a pair): the scalar copies
+    fill the same tiles, the outputs are stored one at a time."""
+    monkeypatch.setattr(attention_mma, "alignment_of", lambda a: 1)
+    monkeypatch.setattr(gemm_mma, "alignment_of", lambda a: 1)
     check_group("float16", 64, SHAPES[:2], config=DEEP, causal=True, return_lse=True)
 
 

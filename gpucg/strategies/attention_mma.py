@@ -23,7 +23,7 @@ from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from .attention_args import common_args
-from .gemm_mma import PLEVEL_TWIN, SMEM_BYTES, mma_kind
+from .gemm_mma import PLEVEL_TWIN, SMEM_BYTES, mma_kind, pairs_ok
 
 #: above the SIMT kernel (10), below split-KV decoding (20, on its condition)
 PLEVEL_CUDA = 15
@@ -71,9 +71,10 @@ def _run(ctx, main):
         return
     s, bq = ctx.size, 16 * ctx.config["warps"]
     qtiles = ceil_div(sq, bq)
-    vec = np.int32(all(alignment_of(a) % 16 == 0 for a in arrays[:3]))
+    vec = (int(all(alignment_of(a) % 16 == 0 for a in arrays[:3]))
+           | int(pairs_ok(ctx.outputs[0], int(ctx.inputs[0].shape[3]))) << 1)
     main(*arrays, *ctx.outputs, *mstr, s(hq), s(hkv), s(hq // hkv), s(sq), s(skv), s(qtiles),
-         vec, grid=b * hq * qtiles, block=32 * ctx.config["warps"])
+         np.int32(vec), grid=b * hq * qtiles, block=32 * ctx.config["warps"])
 
 
 def _low_occupancy(p) -> str:
@@ -100,9 +101,11 @@ def offer(s, dtype: str, allow_tf32: bool, d: int, params: dict, info, target) -
         return
     space = space_for(d, kind, eb, twin or target.on_cpu)
     if space is None:
+        least = regs({"bkv": 16}, d, kind)
         s.exclude(FLASH_MMA, plevel, f"head dim D={d} in {kind}: no tile fits; a lane would "
-                  f"hold over {REGS_MAX} registers of q fragments and output (ptxas spills) "
-                  f"or the tiles over {SMEM_BYTES // 1024} KiB of shared memory")
+                  f"hold at least {least} registers of q fragments, output and scores (over "
+                  f"{REGS_MAX}: at D=256 float16 ptxas spills on sm_90) or the tiles over "
+                  f"{SMEM_BYTES // 1024} KiB of shared memory")
         return
     s.add(FLASH_MMA, plevel, space=space, info=info,
           fixed=dict(params, kind=kind, EB=eb, cpr_pad=cpr_pad(d, eb),
