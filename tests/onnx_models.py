@@ -46,11 +46,13 @@ def _randomize_norms(module, seed: int) -> None:
             m.bias.data.copy_(torch.randn(c, generator=g) * 0.1)
 
 
-def resnet(width: int = 8, blocks=(1, 1), classes: int = 10, seed: int = 0):
+def resnet(width: int = 8, blocks=(1, 1), classes: int = 10, image: int = 32, seed: int = 0):
     """A ResNet-18-shaped CNN: conv-bn-relu stem, 3x3 max pool, basic blocks (two 3x3 convs
     with batch norm, a residual add, relu; a strided 1x1 conv on the shortcut where the
     shape changes), global average pool, flatten, a fully connected layer (Gemm).
-    ``blocks=(2, 2, 2, 2)`` and ``width=64`` is ResNet-18 itself. Input "x": (N, 3, H, W)."""
+    ``blocks=(2, 2, 2, 2)`` and ``width=64`` is ResNet-18 itself. Input "x": (batch, 3,
+    image, image), the batch dynamic (strided convolutions of a symbolic image side give
+    sizes such as floor((h - 1) / 2) + 1, which gpucg's dispatchers cannot read back)."""
     import torch
     from torch import nn
 
@@ -92,13 +94,13 @@ def resnet(width: int = 8, blocks=(1, 1), classes: int = 10, seed: int = 0):
     torch.manual_seed(seed)
     net = Net()
     _randomize_norms(net, seed)
-    model = export(net, (torch.randn(2, 3, 32, 32),), ["x"], ["logits"],
-                   {"x": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch"}},
+    model = export(net, (torch.randn(2, 3, image, image),), ["x"], ["logits"],
+                   {"x": {0: "batch"}, "logits": {0: "batch"}},
                    keep_norms=True)
 
-    def feeds(batch: int, size: int, seed: int = 0):
+    def feeds(batch: int, size: int = image, seed: int = 0):
         rng = np.random.default_rng(seed)
-        return {"x": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
+        return {"x": rng.standard_normal((batch, 3, image, image)).astype(np.float32)}
     return model, feeds
 
 
