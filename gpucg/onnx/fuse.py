@@ -116,7 +116,7 @@ def _bias_of(g: Graph, p, add, value) -> np.ndarray | None:
     return c.reshape(-1)
 
 
-def activation(g: Graph, ix: Index, value: str, limit: int = 8):
+def activation(g: Graph, ix: Index, value: str, limit: int = 12):
     """(name, calls, exit value) when the elementwise calls reading ``value`` compute one of
     the fused activations of it and nothing else leaves them; else None."""
     region, made = [], {value}
@@ -124,9 +124,13 @@ def activation(g: Graph, ix: Index, value: str, limit: int = 8):
         users = [c for v in made for c in ix.users.get(v, []) if c not in region]
         if not users or value in ix.outputs:
             return None
-        c = users[0]
-        if c.op != "fused" or any(i not in made and scalar(g, i) is None for i in c.inputs):
+        if any(c.op != "fused" for c in users):
             return None
+        ready = [c for c in users if all(i in made or scalar(g, i) is not None
+                                         for i in c.inputs)]
+        if not ready:
+            return None
+        c = ready[0]
         region.append(c)
         made |= set(c.outputs)
         leaving = [v for v in made if v in ix.outputs or

@@ -107,7 +107,7 @@ class Lowering:
                 values = [g.sizes.get(i, g.consts.get(i)) if i else None
                           for i in map(self.ref, n.inputs)]
                 types = [g.types.get(i) for i in present]
-                out = fold_sizes(n, values, types)
+                out = np.asarray(fold_sizes(n, values, types), dtype=object)
                 if all(isinstance(v, (int, np.integer)) or getattr(v, "is_Integer", False)
                        for v in out.reshape(-1)):
                     g.consts[n.outputs[0]] = out.astype(np.int64)
