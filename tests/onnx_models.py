@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import math
+import warnings
 
 import numpy as np
 
@@ -25,7 +26,8 @@ def export(module, args, input_names, output_names, dynamic_axes, opset=17, keep
     module.eval()
     buf = io.BytesIO()
     extra = {"training": torch.onnx.TrainingMode.PRESERVE} if keep_norms else {}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notices
         torch.onnx.export(module, args, buf, input_names=input_names, output_names=output_names,
                           dynamic_axes=dynamic_axes, opset_version=opset, dynamo=False, **extra)
     return onnx.load_from_string(buf.getvalue())
