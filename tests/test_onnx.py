@@ -63,6 +63,7 @@ def test_equals_onnxruntime_at_two_sizes_through_one_compile(name, target, model
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * max(1.0, np.abs(w).max()))
         assert m.compiles == count, "a new size compiled an operator again"
+    assert "; last run: " in m.explain()  # the implementation each dispatcher chose
     one = m(**feeds(*SIZES[0]))  # the call form: one output, as an array
     np.testing.assert_array_equal(one, m.run(None, feeds(*SIZES[0]))[0])
 
