@@ -189,3 +189,20 @@ def test_many_operators_equal_onnxruntime():
             assert got.dtype == want.dtype and got.shape == want.shape, name
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
     assert m.run(["ident"], feeds)[0].shape == (5, 1)
+
+
+def test_a_constant_of_one_element_keeps_the_rank_it_broadcasts_to():
+    """x (n,) + c (1, 1) is (1, n): the constant stays an input, not a literal."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Mul", ["a", "h"], ["y"])],
+        "rank", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.full((1, 1), 2.0, np.float32), "c"),
+         numpy_helper.from_array(np.float32(0.5), "h")])
+    m = gpucg.onnx.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                           target="numpy")
+    y = m(x=np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(y, [[1.0, 1.5, 2.0]])
+    assert "multiply(add(x0, x1), 0.5)" in m.explain()

@@ -80,7 +80,8 @@ def fold_norms(g: Graph, calls: list) -> list:
     for bn in [c for c in calls if c.op == "batch_norm"]:
         p = ix.producer.get(bn.inputs[0])
         if p is None or p.op not in ("conv2d", "dense") or ix.only_user(bn.inputs[0]) is not bn \
-                or len(p.inputs) > 3 or not all(i in g.consts for i in p.inputs[1:] + bn.inputs[1:]):
+                or len(p.inputs) > 3 or \
+                not all(i in g.consts for i in p.inputs[1:] + bn.inputs[1:]):
             continue
         w, b = fold_batch_norm(g.consts[p.inputs[1]], g.consts.get(p.inputs[2]) if
                                len(p.inputs) > 2 else None,
@@ -126,8 +127,8 @@ def activation(g: Graph, ix: Index, value: str, limit: int = 12):
             return None
         if any(c.op != "fused" for c in users):
             return None
-        ready = [c for c in users if all(i in made or scalar(g, i) is not None
-                                         for i in c.inputs)]
+        ready = [c for c in users if all(i in made or literal(g, c, k) is not None
+                                         for k, i in enumerate(c.inputs))]
         if not ready:
             return None
         c = ready[0]
@@ -142,19 +143,30 @@ def activation(g: Graph, ix: Index, value: str, limit: int = 12):
     return None
 
 
+def literal(g: Graph, call, k: int):
+    """Input ``k`` of ``call`` as a Python number, when it is a constant of one element whose
+    rank the call's other inputs reach (so the result's shape stays), else None."""
+    c = g.consts.get(call.inputs[k])
+    room = max([g.type_of(j).ndim for m, j in enumerate(call.inputs) if m != k] or [0])
+    return None if c is None or c.ndim > room else scalar(g, call.inputs[k])
+
+
+def _args(g: Graph, ix: Index, call, leaves: dict, inline) -> list:
+    values = [literal(g, call, k) for k in range(len(call.inputs))]
+    return [lift(v) if v is not None else _tree(g, ix, i, leaves, inline)
+            for i, v in zip(call.inputs, values)]
+
+
 def _tree(g: Graph, ix: Index, value: str, leaves: dict, inline) -> Expr:
     """The expression of ``value`` over ``leaves`` (value -> Expr), inlining producers that
-    ``inline(call)`` allows; scalars become literals."""
+    ``inline(call)`` allows; constants of one element become literals."""
     if value in leaves:
         return leaves[value]
-    s = scalar(g, value)
-    if s is not None:
-        return lift(s)
     p = ix.producer.get(value)
     if p is None or not inline(p):
         leaves[value] = Expr("input", (len(leaves),))
         return leaves[value]
-    return substitute(_one(p), [_tree(g, ix, i, leaves, inline) for i in p.inputs])
+    return substitute(_one(p), _args(g, ix, p, leaves, inline))
 
 
 def _which(g, ix, region, value, exit_value) -> str | None:
@@ -178,7 +190,8 @@ def _residual(g, ix, p, value):
     r = add.inputs[1] if add.inputs[0] == value else add.inputs[0]
     rt, vt = g.type_of(r), g.type_of(value)
     same = rt.dtype == vt.dtype and rt.ndim == vt.ndim and all(
-        sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0 for a, b in zip(rt.shape, vt.shape))
+        sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+        for a, b in zip(rt.shape, vt.shape))
     ok = same and r not in g.consts and r not in g.dynamic and ix.before(r, p)
     return (add, r) if ok else None
 
@@ -365,7 +378,7 @@ def chains(g: Graph, calls: list, apart: frozenset = frozenset()) -> list:
             if ok:
                 members.append(p)
             return ok
-        tree = substitute(_one(c), [_tree(g, ix, i, leaves, take) for i in c.inputs])
+        tree = substitute(_one(c), _args(g, ix, c, leaves, take))
         if len(leaves) > MAX_INPUTS:  # too many arrays for one kernel: keep the nodes apart
             return chains(g, calls, apart | {id(m) for m in members})
         nodes = [n for m in sorted(members, key=lambda m: ix.order[id(m)]) for n in m.nodes]

@@ -218,7 +218,8 @@ def _conv(lw, n, ins):
 
 
 def _batch_norm(lw, n, ins):
-    lw.emit(n, "batch_norm", ins[:5], n.outputs[:1], axis=1, eps=float(n.attrs.get("epsilon", 1e-5)))
+    lw.emit(n, "batch_norm", ins[:5], n.outputs[:1], axis=1,
+            eps=float(n.attrs.get("epsilon", 1e-5)))
 
 
 def _pool(lw, n, ins):
@@ -230,8 +231,8 @@ def _pool(lw, n, ins):
     kw = dict(kernel=tuple(at["kernel_shape"]), strides=tuple(at.get("strides", (1, 1))),
               padding=pad, ceil_mode=bool(at.get("ceil_mode", 0)))
     if n.op == "MaxPool":
-        lw.emit(n, "max_pool2d", ins[:1], n.outputs[:1], dilation=tuple(at.get("dilations", (1, 1))),
-                **kw)
+        lw.emit(n, "max_pool2d", ins[:1], n.outputs[:1],
+                dilation=tuple(at.get("dilations", (1, 1))), **kw)
     else:
         lw.emit(n, "avg_pool2d", ins[:1], n.outputs[:1],
                 count_include_pad=bool(at.get("count_include_pad", 0)), **kw)
