@@ -99,23 +99,27 @@ def test_weights_are_uploaded_once(models, compiled):
 
 
 def test_unsupported_nodes_are_listed_before_anything_runs():
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
              helper.make_node("Hardmax", ["a"], ["b"], name="hm"),
-             helper.make_node("Frobnicate", ["b"], ["y"], name="custom", domain="com.example")]
-    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+             helper.make_node("Frobnicate", ["b"], ["c"], name="custom", domain="com.example"),
+             helper.make_node("Conv", ["x3", "w"], ["y"], name="conv1d")]
+    x3 = helper.make_tensor_value_info("x3", TensorProto.FLOAT, ["n", 4, 9])
+    w = numpy_helper.from_array(np.ones((2, 4, 3), np.float32), "w")
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, x3], [y], [w]),
                               opset_imports=[helper.make_opsetid("", 17),
                                              helper.make_opsetid("com.example", 1)])
     gpucg.stats(reset=True)
     with pytest.raises(gpucg.onnx.UnsupportedError) as info:
         gpucg.onnx.compile(model, target="numpy")
     text = str(info.value)
-    assert "2 node(s) have no gpucg operator" in text
+    assert "3 node(s) have no gpucg operator" in text
     assert "hm (Hardmax) domain 'ai.onnx'" in text
     assert "custom (Frobnicate) domain 'com.example'" in text
+    assert "conv1d (Conv) domain 'ai.onnx': conv1d (Conv): gpucg.onnx runs 2-D" in text
     assert isinstance(info.value, gpucg.GpucgError) and gpucg.stats()["runs"] == 0
 
 

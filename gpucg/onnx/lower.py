@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 import sympy
 
+from ..errors import GpucgError
 from ..op import get_op
 from ..ops._expr import node as ew_node, placeholders
 from ..shape import TensorType, product
@@ -80,10 +81,22 @@ class Lowering:
         self.emit(node, "fused", inputs, node.outputs[:1], expr=str(tree))
 
     def run(self) -> list:
+        failed: set = set()  # values of nodes that could not be lowered
         for node in self.g.nodes:
-            self.node(node)
+            if any(self.ref(i) in failed for i in node.inputs if i):
+                failed.update(node.outputs)  # downstream of one listed: its types are unknown
+                if node.domain not in ("ai.onnx", "") or node.op not in TABLE:
+                    self.unsupported.append((node, ""))
+                continue
+            try:
+                self.node(node)
+            except GpucgError as exc:  # a supported op type used in a way gpucg cannot run
+                self.unsupported.append((node, str(exc).splitlines()[0]))
+            if self.unsupported and self.unsupported[-1][0] is node:
+                failed.update(node.outputs)
         if self.unsupported:
-            lines = "\n".join(f"  {n.label} domain {n.domain!r}" for n in self.unsupported)
+            lines = "\n".join(f"  {n.label} domain {n.domain!r}{': ' + why if why else ''}"
+                              for n, why in self.unsupported)
             raise UnsupportedError(f"{len(self.unsupported)} node(s) have no gpucg operator:\n"
                                    f"{lines}\n(supported: {', '.join(sorted(TABLE))})")
         self.g.results = [self.ref(o) for o in self.g.outputs]
@@ -94,7 +107,7 @@ class Lowering:
         present = [self.ref(i) for i in n.inputs if i]
         kinds = [g.kind(i) for i in present]
         if n.domain not in ("ai.onnx", ""):
-            self.unsupported.append(n)
+            self.unsupported.append((n, ""))
             return
         if n.op == "Constant":
             g.consts[n.outputs[0]] = np.asarray(evaluate(n, [])[0])
@@ -123,7 +136,7 @@ class Lowering:
             return
         handler = TABLE.get(n.op)
         if handler is None:
-            self.unsupported.append(n)
+            self.unsupported.append((n, ""))
             return
         handler(self, n, [self.ref(i) if i else "" for i in n.inputs])
 
@@ -315,8 +328,13 @@ def _gather(lw, n, ins):
 
 
 def _softmax(lw, n, ins):
+    axis, rank = int(n.attrs.get("axis", -1 if lw.g.opset.get("ai.onnx", 13) >= 13 else 1)), \
+        lw.g.type_of(ins[0]).ndim
+    if lw.g.opset.get("ai.onnx", 13) < 13 and axis % rank != rank - 1:
+        raise OnnxError(f"{n.label}: before opset 13 Softmax flattens from axis {axis}; only "
+                        "the last axis is supported")
     lw.emit(n, "softmax" if n.op == "Softmax" else "log_softmax", ins[:1], n.outputs,
-            axis=int(n.attrs.get("axis", -1)))
+            axis=axis)
 
 
 def _layer_norm(lw, n, ins):
