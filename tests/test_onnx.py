@@ -73,14 +73,14 @@ def test_explain_shows_the_bert_layers_fusions(models, compiled):
     assert "gpucg.ops.dense(activation='gelu')" in text and "gelu (5 node(s))" in text
     assert "gpucg.ops.attention(" in text and "attention pattern: MatMul(Q, K^T)" in text
     assert "additive mask" in text
-    assert text.count("Add (residual, after the activation)") == 2
-    assert text.count("fused: Add (bias)") == 6
+    assert text.count("Add (residual) in the epilogue") == 2
+    assert text.count("fused: Add (bias) in the epilogue") == 6
     causal = _compiled(compiled, models, "gpt2_block", "numpy").explain()
     assert "causal=True" in causal and "causal Where(-inf)" in causal
     assert "activation='gelu_tanh'" in causal and "gpucg.ops.take(axis=0)" in causal
     cnn = _compiled(compiled, models, "resnet", "numpy").explain()
     assert cnn.count("BatchNormalization folded") == 6
-    assert cnn.count("Add (residual, before the activation)") == 2
+    assert cnn.count("Add (residual) in the epilogue, before the activation") == 2
 
 
 def test_weights_are_uploaded_once(models, compiled):
