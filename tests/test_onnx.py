@@ -73,6 +73,7 @@ def test_explain_shows_the_bert_layers_fusions(models, compiled):
     assert "gpucg.ops.dense(activation='gelu')" in text and "gelu (5 node(s))" in text
     assert "gpucg.ops.attention(" in text and "attention pattern: MatMul(Q, K^T)" in text
     assert "additive mask" in text
+    assert "layout='BSHD'" in text and "the heads' Transposes are read in place" in text
     assert text.count("Add (residual) in the epilogue") == 2
     assert text.count("fused: Add (bias) in the epilogue") == 6
     causal = _compiled(compiled, models, "gpt2_block", "numpy").explain()

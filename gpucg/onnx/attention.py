@@ -119,4 +119,39 @@ def attention(g: Graph, calls: list) -> list:
         calls[pos] = new
         for c in [mm, sm] + taken:
             calls.remove(c)
+        _in_place(g, calls, new)
     return calls
+
+
+HEADS = (0, 2, 1, 3)  # (B, S, H, D) <-> (B, H, S, D)
+
+
+def _in_place(g: Graph, calls: list, att: Call) -> None:
+    """Q, K and V made (B, H, S, D) by Transposes of (B, S, H, D) tensors that only the
+    attention reads: it reads those tensors in place (layout BSHD) and the Transposes, copies
+    on a device, go; its (B, S, H, D) result feeds the Transpose back, or stands for it."""
+    moves = []
+    for name in att.inputs[:3]:
+        p = next((c for c in calls if name in c.outputs), None)
+        if p is None or p.op != "transpose" or tuple(p.attrs.get("axes") or ()) != HEADS or \
+                [c for c in calls if name in c.inputs] != [att] or name in g.results:
+            return
+        moves.append(p)
+    att.inputs[:3] = [p.inputs[0] for p in moves]
+    att.attrs["layout"] = "BSHD"
+    att.nodes[:0] = [n for p in moves for n in p.nodes]
+    for p in moves:
+        calls.remove(p)
+    out = att.outputs[0]
+    users = [c for c in calls if out in c.inputs]
+    if len(users) == 1 and users[0].op == "transpose" and out not in g.results and \
+            tuple(users[0].attrs.get("axes") or ()) == HEADS:
+        att.outputs, att.nodes = users[0].outputs, att.nodes + users[0].nodes
+        calls.remove(users[0])
+    else:
+        t = g.type_of(out)
+        att.outputs = [out + "#BSHD"]
+        g.types[att.outputs[0]] = type(t)(tuple(t.shape[a] for a in HEADS), t.dtype)
+        calls.insert(calls.index(att) + 1, Call("transpose", {"axes": HEADS}, att.outputs,
+                                                [out], []))
+    att.fusion.append("layout BSHD: the heads' Transposes are read in place")
