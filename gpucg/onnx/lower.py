@@ -259,8 +259,6 @@ def _global_pool(lw, n, ins):
 def _reshape(lw, n, ins):
     x, shape = ins[:2]
     g = lw.g
-    if n.attrs.get("allowzero", 0):
-        raise OnnxError(f"{n.label}: allowzero=1 is not supported")
     if shape in g.consts:
         target = list(g.consts[shape].reshape(-1))
     elif shape in g.sizes:
@@ -268,7 +266,8 @@ def _reshape(lw, n, ins):
     else:
         raise OnnxError(f"{n.label}: the target shape ({shape!r}) depends on data")
     xt = g.type_of(x)
-    dims = [xt.shape[i] if (isinstance(d, (int, np.integer)) and d == 0) else d
+    copy = not n.attrs.get("allowzero", 0)  # 0 takes the input's size (allowzero: a size 0)
+    dims = [xt.shape[i] if (copy and isinstance(d, (int, np.integer)) and d == 0) else d
             for i, d in enumerate(target)]
     known = [d for d in dims if not (isinstance(d, (int, np.integer)) and d == -1)]
     if len(known) < len(dims):
