@@ -111,9 +111,9 @@ class Model:
             self._dynamic[key] = found
         return found
 
-    def run(self, output_names, input_feed: dict) -> list:
+    def run(self, output_names, input_feed: dict, run_options=None) -> list:
         """onnxruntime's InferenceSession.run: the outputs named (None: all), as NumPy arrays
-        in a list."""
+        in a list (``run_options`` is accepted for the same signature, and unused)."""
         names = self.outputs if output_names is None else list(output_names)
         for n in names:
             if n not in self.outputs:
