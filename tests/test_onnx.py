@@ -214,3 +214,19 @@ def test_a_constant_of_one_element_keeps_the_rank_it_broadcasts_to():
     y = m(x=np.arange(3, dtype=np.float32))
     np.testing.assert_array_equal(y, [[1.0, 1.5, 2.0]])
     assert "multiply(add(x0, x1), 0.5)" in m.explain()
+
+
+def test_bad_inputs_are_clear_errors(models, compiled):
+    m = _compiled(compiled, models, "bert_layer", "numpy")
+    x = np.zeros((2, 5, 32), np.float32)
+    cases = [({"x": x}, r"\['mask'\] are missing; the model takes x: "),
+             ({"x": x, "mask": np.ones((2, 5), np.float32), "z": x}, r"\['z'\] are not graph"),
+             ({"x": x, "mask": np.ones((2, 5))}, "input 'mask' is float64 of shape"),
+             ({"x": x, "mask": np.ones((2, 6), np.float32)},
+              r"dimension 1 must be seq = 5 \(as an earlier input gave it\)"),
+             ({"x": x[..., :3], "mask": np.ones((2, 5), np.float32)}, "dimension 2 must be 32")]
+    for feeds, match in cases:
+        with pytest.raises(gpucg.onnx.OnnxError, match=match):
+            m.run(None, feeds)
+    with pytest.raises(gpucg.onnx.OnnxError, match=r"'nope' is not a graph output"):
+        m.run(["nope"], {"x": x, "mask": np.ones((2, 5), np.float32)})

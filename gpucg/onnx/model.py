@@ -80,9 +80,9 @@ class Model:
         unknown = sorted(set(feeds) - set(self.inputs))
         missing = [n for n in self.inputs if n not in feeds]
         if unknown or missing:
-            raise OnnxError(f"inputs {unknown or ''}{' are not graph inputs' if unknown else ''}"
-                            f"{'; ' if unknown and missing else ''}"
-                            f"{f'missing inputs {missing}' if missing else ''}; the model takes "
+            wrong = "; ".join(p for p in (f"{unknown} are not graph inputs" if unknown else "",
+                                          f"{missing} are missing" if missing else "") if p)
+            raise OnnxError(f"inputs: {wrong}; the model takes "
                             f"{', '.join(f'{n}: {t}' for n, t in self.inputs.items())}")
         binding, arrays = {}, {}
         for name, t in self.inputs.items():
@@ -93,8 +93,10 @@ class Model:
                                 f"model needs {t}")
             for axis, (d, want) in enumerate(zip(x.shape, t.shape)):
                 if isinstance(want, int) and d != want or binding.setdefault(want, d) != d:
+                    must = want if isinstance(want, int) else f"{want} = {binding[want]} " \
+                        "(as an earlier input gave it)"
                     raise OnnxError(f"input {name!r} has shape {x.shape}: dimension {axis} "
-                                    f"must be {want}={binding.get(want, want)}")
+                                    f"must be {must}")
             arrays[name] = x
         return binding, arrays
 
