@@ -378,8 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_bench)
     from .autotune.cli import add_verbs  # tune, records
-
+    from .onnx.cli import add_verbs as onnx_verbs  # onnx explain, run, dump
     add_verbs(sub, op_args, parse_input, parse_attr)
+    onnx_verbs(sub)
     return p
 
 
