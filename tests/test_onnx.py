@@ -63,6 +63,7 @@ def test_equals_onnxruntime_at_two_sizes_through_one_compile(name, target, model
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * max(1.0, np.abs(w).max()))
         assert m.compiles == count, "a new size compiled an operator again"
+    assert "; last run: " in m.explain()  # the implementation each dispatcher chose
     one = m(**feeds(*SIZES[0]))  # the call form: one output, as an array
     np.testing.assert_array_equal(one, m.run(None, feeds(*SIZES[0]))[0])
 
@@ -135,3 +136,56 @@ def test_cli_explain(models, tmp_path, capsys):
     assert "symbolic sizes seq" in out  # batch fixed by --dim
     assert main(["onnx", "explain", str(path), "--dim", "batch"]) == 2
     assert "--dim 'batch' must be NAME=INT" in capsys.readouterr().err
+
+
+def _graph_of_many_operators():
+    """One graph through most rows of the coverage table, its batch symbolic."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    f = TensorProto.FLOAT
+    consts = {"two": np.float32(2.0), "tenth": np.float32(0.1), "W": rng.standard_normal(
+        (4, 6)).astype(np.float32), "C": rng.standard_normal(4).astype(np.float32),
+        "starts": np.array([1]), "ends": np.array([2 ** 62]), "axes1": np.array([1]),
+        "steps": np.array([2]), "axes0": np.array([0]), "cols": np.array([0, 2]),
+        "split": np.array([1, 3]), "lo": np.float32(0.1), "hi": np.float32(4.0),
+        "one": np.float32(1.0), "zero": np.float32(0.0)}
+    N = helper.make_node
+    nodes = [N("Abs", ["x"], ["abs"]), N("Sqrt", ["abs"], ["a"]), N("Pow", ["a", "two"], ["b"]),
+             N("Clip", ["b", "lo", "hi"], ["c"]),
+             N("ReduceMean", ["c"], ["r"], axes=[1], keepdims=1), N("Sub", ["c", "r"], ["d"]),
+             N("Concat", ["d", "y"], ["e"], axis=1),
+             N("Slice", ["e", "starts", "ends", "axes1", "steps"], ["f"]),
+             N("Unsqueeze", ["f", "axes0"], ["u"]), N("Squeeze", ["u", "axes0"], ["s"]),
+             N("Transpose", ["s"], ["t"], perm=[1, 0]),
+             N("Gemm", ["s", "W", "C"], ["G"], transB=1, alpha=0.5, beta=2.0),
+             N("Softmax", ["G"], ["sm"], axis=-1),
+             N("ReduceMax", ["G"], ["m"], axes=[1], keepdims=0),
+             N("Greater", ["G", "zero"], ["pos"]), N("Mul", ["G", "tenth"], ["small"]),
+             N("Where", ["pos", "G", "small"], ["w"]), N("Cast", ["w"], ["cast"], to=11),
+             N("ArgMax", ["G"], ["arg"], axis=1, keepdims=0),
+             N("Gather", ["G", "cols"], ["k"], axis=1), N("LeakyRelu", ["k"], ["lk"], alpha=0.2),
+             N("Split", ["G", "split"], ["sp1", "sp2"], axis=1),
+             N("Add", ["sp2", "one"], ["sp3"]), N("Reciprocal", ["sp3"], ["rec"]),
+             N("Tanh", ["sp1"], ["th"]), N("Identity", ["th"], ["ident"])]
+    outs = {"sm": f, "m": f, "cast": TensorProto.DOUBLE, "arg": TensorProto.INT64, "lk": f,
+            "rec": f, "ident": f, "t": f}
+    graph = helper.make_graph(
+        nodes, "many", [helper.make_tensor_value_info(v, f, ["n", 6]) for v in ("x", "y")],
+        [helper.make_tensor_value_info(k, t, None) for k, t in outs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_many_operators_equal_onnxruntime():
+    model = _graph_of_many_operators()
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    m = gpucg.onnx.compile(model, target="numpy")
+    rng = np.random.default_rng(0)
+    for n in (3, 5):
+        feeds = {k: rng.standard_normal((n, 6)).astype(np.float32) for k in ("x", "y")}
+        for name, got, want in zip(m.outputs, m.run(None, feeds), session.run(None, feeds)):
+            assert got.dtype == want.dtype and got.shape == want.shape, name
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert m.run(["ident"], feeds)[0].shape == (5, 1)

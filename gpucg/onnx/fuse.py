@@ -76,7 +76,7 @@ def _one(c) -> Expr | None:
 # -- 1. batch norms --------------------------------------------------------------------------
 
 def fold_norms(g: Graph, calls: list) -> list:
-    ix = Index(calls, g.outputs)
+    ix = Index(calls, g.results)
     for bn in [c for c in calls if c.op == "batch_norm"]:
         p = ix.producer.get(bn.inputs[0])
         if p is None or p.op not in ("conv2d", "dense") or ix.only_user(bn.inputs[0]) is not bn \
@@ -187,7 +187,7 @@ def epilogues(g: Graph, calls: list) -> list:
     for p in [c for c in calls if c.op in ("dense", "conv2d")]:
         if p.inputs[1] not in g.consts or (p.op == "dense" and g.type_of(p.inputs[0]).ndim < 1):
             continue
-        ix = Index(calls, g.outputs)
+        ix = Index(calls, g.results)
         add = ix.only_user(p.outputs[0])
         bias = add and _bias_of(g, p, add, p.outputs[0])
         if bias is not None:
@@ -195,7 +195,7 @@ def epilogues(g: Graph, calls: list) -> list:
             p.inputs[2:] = [_new(g, old + bias.astype(g.consts[p.inputs[1]].dtype),
                                  p.outputs[0] + ".bias")]
             _absorb(calls, p, [add], add.outputs[0], "Add (bias)")
-            ix = Index(calls, g.outputs)
+            ix = Index(calls, g.results)
         act = activation(g, ix, p.outputs[0])
         res = _residual(g, ix, p, act[2] if act else p.outputs[0])
         where = "after"
@@ -296,7 +296,7 @@ def _scores(g: Graph, ix: Index, value: str, user):
 
 def attention(g: Graph, calls: list) -> list:
     for sm in [c for c in calls if c.op == "softmax"]:
-        ix = Index(calls, g.outputs)
+        ix = Index(calls, g.results)
         x = sm.inputs[0]
         t = g.type_of(x)
         mm2 = ix.only_user(sm.outputs[0])
@@ -346,7 +346,7 @@ def attention(g: Graph, calls: list) -> list:
 def chains(g: Graph, calls: list, apart: frozenset = frozenset()) -> list:
     """Every elementwise call whose one result feeds one elementwise call only is inlined
     into it: one ``fused`` kernel per chain (at most MAX_INPUTS arrays read)."""
-    ix = Index(calls, g.outputs)
+    ix = Index(calls, g.results)
     inline = {id(c) for c in calls if c.op == "fused" and id(c) not in apart and
               len(c.outputs) == 1 and
               (u := ix.only_user(c.outputs[0])) is not None and u.op == "fused"}

@@ -82,6 +82,8 @@ class Graph:
         self.symbols: dict[str, object] = {}
         self.inputs = [i.name for i in graph.input if i.name not in self.consts]
         self.outputs = [o.name for o in graph.output]
+        self.alias: dict[str, str] = {}  # Identity and Dropout outputs: the value they pass on
+        self.results = list(self.outputs)  # the outputs' values, aliases followed
         for i in graph.input:
             if i.name in self.consts:
                 continue

@@ -48,7 +48,7 @@ class Lowering:
     """Walks the nodes in order: folds what needs no kernel, lowers the rest to calls."""
 
     def __init__(self, g: Graph):
-        self.g, self.calls, self.unsupported, self.alias = g, [], [], {}
+        self.g, self.calls, self.unsupported, self.alias = g, [], [], g.alias
         self._count = 0
 
     def ref(self, name: str) -> str:
@@ -86,6 +86,7 @@ class Lowering:
             lines = "\n".join(f"  {n.label} domain {n.domain!r}" for n in self.unsupported)
             raise UnsupportedError(f"{len(self.unsupported)} node(s) have no gpucg operator:\n"
                                    f"{lines}\n(supported: {', '.join(sorted(TABLE))})")
+        self.g.results = [self.ref(o) for o in self.g.outputs]
         return self.calls
 
     def node(self, n: Node) -> None:
@@ -345,9 +346,13 @@ def _arg(lw, n, ins):
 
 def _expand(lw, n, ins):
     shape = _ints_of(lw, ins[1], f"{n.label} shape")
-    out = np.broadcast_shapes(tuple(1 if not isinstance(d, int) else d
-                                    for d in lw.g.type_of(ins[0]).shape), tuple(shape))
-    lw.emit(n, "broadcast_to", ins[:1], n.outputs, shape=tuple(out))
+    have = lw.g.type_of(ins[0]).shape
+    rank = max(len(have), len(shape))
+    have, shape = (1,) * (rank - len(have)) + have, (1,) * (rank - len(shape)) + tuple(shape)
+    out = tuple(a if b == 1 else b for a, b in zip(have, shape))
+    if not all(isinstance(d, int) for d in out):
+        raise OnnxError(f"{n.label}: Expand to symbolic sizes {out} is not supported")
+    lw.emit(n, "broadcast_to", ins[:1], n.outputs, shape=out)
 
 
 TABLE = {**{k: _unary for k in UNARY}, **{k: _binary for k in BINARY}, "Where": _where,

@@ -66,7 +66,7 @@ class Model:
                     self._device[i] = asarray(g.consts[i], target=self.target)
         self._needed = {i for s in self.steps for i in s.call.inputs if i in g.dynamic}
         made = {o for s in self.steps for o in s.call.outputs} | set(self.inputs)
-        for name in self.outputs:
+        for name in g.results:
             if name not in made and name not in g.consts and name not in g.dynamic:
                 raise OnnxError(f"graph output {name!r} is not computed by any node")
             if name in g.dynamic:
@@ -130,8 +130,9 @@ class Model:
                 out = step.op.run(step.op.plan(*args), *args)
             outs = out if isinstance(out, tuple) else (out,)
             env.update(zip(step.call.outputs, outs))
-        return [np.asarray(to_host(env[n])) if n in env else
-                np.asarray(self.graph.consts[n]) for n in names]
+        values = dict(zip(self.outputs, self.graph.results))
+        return [np.asarray(to_host(env[values[n]])) if values[n] in env else
+                np.asarray(self.graph.consts[values[n]]) for n in names]
 
     def __call__(self, **inputs):
         """The outputs for keyword inputs: one array, or a tuple in graph output order."""
@@ -148,8 +149,10 @@ class Model:
                  f"nodes, {nodes} of them run as {len(self.steps)} gpucg calls ({self.compiles}"
                  f" compiled, for the symbolic sizes {syms}); the others were folded",
                  "inputs: " + ", ".join(f"{n} {t}" for n, t in self.inputs.items())]
+        order = {n.label: k for k, n in enumerate(self.graph.nodes)}
         for k, s in enumerate(self.steps):
             c = s.call
+            c.nodes.sort(key=lambda label: order.get(label, -1))
             attrs = ", ".join(f"{a}={v!r}" for a, v in c.attrs.items())
             lines.append(f"[{k}] {', '.join(c.nodes) or '(added)'}")
             if s.op is None:
