@@ -78,3 +78,16 @@ def test_dump_cuda_renders_every_kernel_without_a_gpu(tmp_path, capsys):
     assert "000 fused: act (Relu) -> 000_fused_act/" in index
     assert "001 softmax: probs/softmax (Softmax)" in index
     assert str(out / "index.txt") in capsys.readouterr().out
+
+
+def test_docs_coverage_table_lists_every_lowered_operator():
+    """docs/onnx.md's operator coverage table names every ONNX operator gpucg.onnx lowers."""
+    from pathlib import Path
+
+    from gpucg.onnx.lower import TABLE
+
+    doc = (Path(__file__).parent.parent / "docs" / "onnx.md").read_text()
+    table = doc[doc.index("## Operator coverage"):doc.index("## Speed")]
+    named = {w.strip(" `") for row in table.splitlines() if row.startswith("| ")
+             for w in row.split("|")[1].replace(",", " ").split()}
+    assert not set(TABLE) - named, sorted(set(TABLE) - named)
