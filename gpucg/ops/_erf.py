@@ -116,9 +116,10 @@ def _erfc_nr(v):
     return p
 
 
-def _both_narrow(x, complement: bool):
+def _both_narrow(x, complement: bool, factor=None):
     flat = np.ravel(x)
-    out = np.empty(flat.shape, np.float64)
+    scaled = None if factor is None else np.ravel(factor)
+    out = np.empty(flat.shape, np.float64 if factor is None else factor.dtype)
     for i in range(0, flat.size, _NR_BLOCK):
         v = flat[i:i + _NR_BLOCK].astype(np.float64)
         c = _erfc_nr(v)
@@ -127,8 +128,21 @@ def _both_narrow(x, complement: bool):
             small = np.abs(v) <= 0.46875
             if small.any():
                 c[small] = _small(v[small])
+        if scaled is not None:
+            c *= 0.5
+            c *= scaled[i:i + _NR_BLOCK]
         out[i:i + _NR_BLOCK] = c
     return out.reshape(np.shape(x))
+
+
+def half_erfc_times(x, factor) -> np.ndarray:
+    """factor * erfc(x) / 2 (gelu: x Phi(x) = x erfc(-x / sqrt 2) / 2), factor of x's shape.
+    For float32 and narrower x: computed in float64 block by block (no whole-array float64
+    temporaries) and rounded once to factor's dtype; otherwise as float64."""
+    x = np.asarray(x)
+    if x.dtype.kind == "f" and x.dtype.itemsize <= 4:
+        return _both_narrow(x, True, np.broadcast_to(factor, x.shape))
+    return factor * (0.5 * erfc(x))
 
 
 def _both(x, complement: bool):
