@@ -13,6 +13,7 @@ Goal on a CPU: the numpy target within 1.5x of onnxruntime on both models.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -70,12 +71,15 @@ def _row(label, t, base, torch_t, note=""):
     print(f"  {label:<44} {t * 1e3:10.2f} {t / base:8.2f} {torch_ratio}  {note}")
 
 
-def run_model(name: str, batches, targets, repeat: int, results: list) -> None:
+def run_model(name: str, batches, targets, repeat: int, results: list, threads=None) -> None:
     import onnxruntime as ort
 
     t0 = time.perf_counter()
     module, onnx_bytes, _, make = _build(name)
-    sess = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = opts.inter_op_num_threads = threads
+    sess = ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
     print(f"\n{name}: built and exported in {time.perf_counter() - t0:.1f} s")
     torch = torch_or_none()
     ours = {}
@@ -117,15 +121,24 @@ def main(argv=()) -> int:
     p = parser("models", "batch 1 only")
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma-separated models (default: {','.join(MODELS)})")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of onnxruntime and torch (default: theirs); NumPy's BLAS "
+                   "takes OPENBLAS_NUM_THREADS (or OMP_NUM_THREADS) from the environment")
     args = p.parse_args(list(argv))
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     print(banner("models"))
+    blas = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    print(f"threads: onnxruntime and torch {args.threads or 'their default'}, NumPy's BLAS "
+          f"{blas or 'its default'} (OPENBLAS_NUM_THREADS)")
+    torch = torch_or_none()
+    if args.threads and torch is not None:
+        torch.set_num_threads(args.threads)
     results: list = []
     for name in (m.strip() for m in args.models.split(",") if m.strip()):
         if name not in MODELS:
             raise SystemExit(f"--models: unknown model {name!r}; known: {', '.join(MODELS)}")
         run_model(name, MODELS[name][:1] if args.quick else MODELS[name], targets,
-                  args.repeat, results)
+                  args.repeat, results, args.threads)
     if args.json:
         print(json.dumps({"results": results}, indent=1))
     bad = [r for r in results if (r.get("max_abs_err") or 0) > 1e-2]
