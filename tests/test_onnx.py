@@ -73,14 +73,15 @@ def test_explain_shows_the_bert_layers_fusions(models, compiled):
     assert "gpucg.ops.dense(activation='gelu')" in text and "gelu (5 node(s))" in text
     assert "gpucg.ops.attention(" in text and "attention pattern: MatMul(Q, K^T)" in text
     assert "additive mask" in text
-    assert text.count("Add (residual, after the activation)") == 2
-    assert text.count("fused: Add (bias)") == 6
+    assert "layout='BSHD'" in text and "the heads' Transposes are read in place" in text
+    assert text.count("Add (residual) in the epilogue") == 2
+    assert text.count("fused: Add (bias) in the epilogue") == 6
     causal = _compiled(compiled, models, "gpt2_block", "numpy").explain()
     assert "causal=True" in causal and "causal Where(-inf)" in causal
     assert "activation='gelu_tanh'" in causal and "gpucg.ops.take(axis=0)" in causal
     cnn = _compiled(compiled, models, "resnet", "numpy").explain()
     assert cnn.count("BatchNormalization folded") == 6
-    assert cnn.count("Add (residual, before the activation)") == 2
+    assert cnn.count("Add (residual) in the epilogue, before the activation") == 2
 
 
 def test_weights_are_uploaded_once(models, compiled):
@@ -99,23 +100,27 @@ def test_weights_are_uploaded_once(models, compiled):
 
 
 def test_unsupported_nodes_are_listed_before_anything_runs():
-    from onnx import TensorProto, helper
+    from onnx import TensorProto, helper, numpy_helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
              helper.make_node("Hardmax", ["a"], ["b"], name="hm"),
-             helper.make_node("Frobnicate", ["b"], ["y"], name="custom", domain="com.example")]
-    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]),
+             helper.make_node("Frobnicate", ["b"], ["c"], name="custom", domain="com.example"),
+             helper.make_node("Conv", ["x3", "w"], ["y"], name="conv1d")]
+    x3 = helper.make_tensor_value_info("x3", TensorProto.FLOAT, ["n", 4, 9])
+    w = numpy_helper.from_array(np.ones((2, 4, 3), np.float32), "w")
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, x3], [y], [w]),
                               opset_imports=[helper.make_opsetid("", 17),
                                              helper.make_opsetid("com.example", 1)])
     gpucg.stats(reset=True)
     with pytest.raises(gpucg.onnx.UnsupportedError) as info:
         gpucg.onnx.compile(model, target="numpy")
     text = str(info.value)
-    assert "2 node(s) have no gpucg operator" in text
+    assert "3 node(s) have no gpucg operator" in text
     assert "hm (Hardmax) domain 'ai.onnx'" in text
     assert "custom (Frobnicate) domain 'com.example'" in text
+    assert "conv1d (Conv) domain 'ai.onnx': conv1d (Conv): gpucg.onnx runs 2-D" in text
     assert isinstance(info.value, gpucg.GpucgError) and gpucg.stats()["runs"] == 0
 
 
@@ -189,3 +194,20 @@ def test_many_operators_equal_onnxruntime():
             assert got.dtype == want.dtype and got.shape == want.shape, name
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
     assert m.run(["ident"], feeds)[0].shape == (5, 1)
+
+
+def test_a_constant_of_one_element_keeps_the_rank_it_broadcasts_to():
+    """x (n,) + c (1, 1) is (1, n): the constant stays an input, not a literal."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Mul", ["a", "h"], ["y"])],
+        "rank", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.full((1, 1), 2.0, np.float32), "c"),
+         numpy_helper.from_array(np.float32(0.5), "h")])
+    m = gpucg.onnx.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                           target="numpy")
+    y = m(x=np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(y, [[1.0, 1.5, 2.0]])
+    assert "multiply(add(x0, x1), 0.5)" in m.explain()

@@ -7,7 +7,7 @@
    whatever the exporter's decomposition), and a residual Add, before or after the activation.
 3. Scaled dot-product attention: MatMul(Q, K^T), times or divided by a constant, plus a mask
    (additive, or a Where with -inf on a causal pattern), Softmax on the last axis, MatMul by V:
-   one gpucg.ops.attention.
+   one gpucg.ops.attention (gpucg/onnx/attention.py).
 4. The remaining chains of elementwise nodes: one ``fused`` kernel each.
 """
 
@@ -18,59 +18,13 @@ import sympy
 
 from ..ops import fold_batch_norm
 from ..ops._epilogue import activate
-from ..ops._expr import MAX_INPUTS, Expr, evaluate, lift, parse, typecheck
-from .graph import Graph, probes, value_at
+from ..ops._expr import MAX_INPUTS, Expr, evaluate, lift, typecheck
+from .attention import attention
+from .graph import Graph
+from .index import Index, expr_of, scalar, substitute
 from .lower import Call
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
-
-
-class Index:
-    """Who produces and who consumes each value, over the current calls."""
-
-    def __init__(self, calls: list, outputs):
-        self.calls, self.outputs = calls, set(outputs)
-        self.producer = {o: c for c in calls for o in c.outputs}
-        self.users: dict[str, list] = {}
-        for c in calls:
-            for i in c.inputs:
-                self.users.setdefault(i, []).append(c)
-        self.order = {id(c): k for k, c in enumerate(calls)}
-
-    def only_user(self, value: str):
-        """The one call reading ``value`` (None when several, none, or a graph output)."""
-        users = self.users.get(value, [])
-        return users[0] if len(users) == 1 and value not in self.outputs else None
-
-    def before(self, value: str, call) -> bool:
-        """``value`` exists before ``call`` runs (a graph input, or made by an earlier call)."""
-        p = self.producer.get(value)
-        return p is None or self.order[id(p)] < self.order[id(call)]
-
-
-def substitute(e: Expr, args) -> Expr:
-    """``e`` with its placeholders x0, x1, ... replaced by ``args``."""
-    if e.op == "input":
-        return args[e.args[0]]
-    if e.op == "const":
-        return e
-    return Expr(e.op, tuple(substitute(a, args) for a in e.args), e.attrs)
-
-
-def scalar(g: Graph, name: str):
-    """A constant of one element as a Python number (infinities as the float32 limits, which
-    softmax and max treat alike), or None."""
-    c = g.consts.get(name)
-    if c is None or c.size != 1:
-        return None
-    v = c.reshape(-1)[0].item()
-    if isinstance(v, float) and not np.isfinite(v):
-        return float(np.sign(v) * np.finfo(np.float32).max) if not np.isnan(v) else None
-    return v
-
-
-def _one(c) -> Expr | None:
-    return parse(c.attrs["expr"]) if c.op == "fused" else None
 
 
 # -- 1. batch norms --------------------------------------------------------------------------
@@ -80,7 +34,8 @@ def fold_norms(g: Graph, calls: list) -> list:
     for bn in [c for c in calls if c.op == "batch_norm"]:
         p = ix.producer.get(bn.inputs[0])
         if p is None or p.op not in ("conv2d", "dense") or ix.only_user(bn.inputs[0]) is not bn \
-                or len(p.inputs) > 3 or not all(i in g.consts for i in p.inputs[1:] + bn.inputs[1:]):
+                or len(p.inputs) > 3 or \
+                not all(i in g.consts for i in p.inputs[1:] + bn.inputs[1:]):
             continue
         w, b = fold_batch_norm(g.consts[p.inputs[1]], g.consts.get(p.inputs[2]) if
                                len(p.inputs) > 2 else None,
@@ -100,7 +55,7 @@ def _new(g: Graph, array, name: str) -> str:
 # -- 2. epilogues ----------------------------------------------------------------------------
 
 def _bias_of(g: Graph, p, add, value) -> np.ndarray | None:
-    e = _one(add)
+    e = expr_of(add)
     if e is None or e.op != "add" or len(add.inputs) != 2 or str(e) != "add(x0, x1)":
         return None
     other = add.inputs[1] if add.inputs[0] == value else add.inputs[0]
@@ -126,8 +81,8 @@ def activation(g: Graph, ix: Index, value: str, limit: int = 12):
             return None
         if any(c.op != "fused" for c in users):
             return None
-        ready = [c for c in users if all(i in made or scalar(g, i) is not None
-                                         for i in c.inputs)]
+        ready = [c for c in users if all(i in made or literal(g, c, k) is not None
+                                         for k, i in enumerate(c.inputs))]
         if not ready:
             return None
         c = ready[0]
@@ -142,19 +97,30 @@ def activation(g: Graph, ix: Index, value: str, limit: int = 12):
     return None
 
 
+def literal(g: Graph, call, k: int):
+    """Input ``k`` of ``call`` as a Python number, when it is a constant of one element whose
+    rank the call's other inputs reach (so the result's shape stays), else None."""
+    c = g.consts.get(call.inputs[k])
+    room = max([g.type_of(j).ndim for m, j in enumerate(call.inputs) if m != k] or [0])
+    return None if c is None or c.ndim > room else scalar(g, call.inputs[k])
+
+
+def _args(g: Graph, ix: Index, call, leaves: dict, inline) -> list:
+    values = [literal(g, call, k) for k in range(len(call.inputs))]
+    return [lift(v) if v is not None else _tree(g, ix, i, leaves, inline)
+            for i, v in zip(call.inputs, values)]
+
+
 def _tree(g: Graph, ix: Index, value: str, leaves: dict, inline) -> Expr:
     """The expression of ``value`` over ``leaves`` (value -> Expr), inlining producers that
-    ``inline(call)`` allows; scalars become literals."""
+    ``inline(call)`` allows; constants of one element become literals."""
     if value in leaves:
         return leaves[value]
-    s = scalar(g, value)
-    if s is not None:
-        return lift(s)
     p = ix.producer.get(value)
     if p is None or not inline(p):
         leaves[value] = Expr("input", (len(leaves),))
         return leaves[value]
-    return substitute(_one(p), [_tree(g, ix, i, leaves, inline) for i in p.inputs])
+    return substitute(expr_of(p), _args(g, ix, p, leaves, inline))
 
 
 def _which(g, ix, region, value, exit_value) -> str | None:
@@ -172,13 +138,14 @@ def _which(g, ix, region, value, exit_value) -> str | None:
 
 def _residual(g, ix, p, value):
     add = ix.only_user(value)
-    e = add and _one(add)
+    e = add and expr_of(add)
     if e is None or str(e) != "add(x0, x1)" or add.inputs[0] == add.inputs[1]:
         return None
     r = add.inputs[1] if add.inputs[0] == value else add.inputs[0]
     rt, vt = g.type_of(r), g.type_of(value)
     same = rt.dtype == vt.dtype and rt.ndim == vt.ndim and all(
-        sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0 for a, b in zip(rt.shape, vt.shape))
+        sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+        for a, b in zip(rt.shape, vt.shape))
     ok = same and r not in g.consts and r not in g.dynamic and ix.before(r, p)
     return (add, r) if ok else None
 
@@ -194,7 +161,7 @@ def epilogues(g: Graph, calls: list) -> list:
             old = g.consts[p.inputs[2]] if len(p.inputs) > 2 else 0
             p.inputs[2:] = [_new(g, old + bias.astype(g.consts[p.inputs[1]].dtype),
                                  p.outputs[0] + ".bias")]
-            _absorb(calls, p, [add], add.outputs[0], "Add (bias)")
+            _absorb(calls, p, [add], add.outputs[0], "Add (bias) in the epilogue")
             ix = Index(calls, g.results)
         act = activation(g, ix, p.outputs[0])
         res = _residual(g, ix, p, act[2] if act else p.outputs[0])
@@ -215,7 +182,8 @@ def epilogues(g: Graph, calls: list) -> list:
             p.inputs.append(res[1])
             p.attrs["residual_position"] = where
             out = res[0].outputs[0] if where == "after" or not act else act[2]
-            _absorb(calls, p, [res[0]], out, f"Add (residual, {where} the activation)")
+            _absorb(calls, p, [res[0]], out, "Add (residual) in the epilogue" +
+                    (f", {where} the activation" if act else ""))
             if where == "before":
                 p.outputs = [act[2]]
     return calls
@@ -227,118 +195,6 @@ def _absorb(calls: list, p: Call, taken: list, out: str, what: str) -> None:
         calls.remove(c)
     p.outputs = [out]
     p.fusion.append(what)
-
-
-# -- 3. attention ----------------------------------------------------------------------------
-
-def _causal(g: Graph, cond: str, masked_when: bool) -> bool:
-    """The size-dependent ``cond`` lets query i see key j exactly when j <= i, at two probe
-    sizes (``masked_when``: the value of cond that masks)."""
-    if cond not in g.dynamic and cond not in g.consts:
-        return False
-    for binding in probes(g):
-        c = np.asarray(value_at(g, cond, binding, {}))
-        if c.ndim < 2 or c.shape[-1] != c.shape[-2]:
-            return False
-        tril = np.tril(np.ones(c.shape[-2:], bool))
-        if not np.array_equal(np.broadcast_to(c.astype(bool) != masked_when, c.shape),
-                              np.broadcast_to(tril, c.shape)):
-            return False
-    return True
-
-
-def _leads(g: Graph, ix: Index, value: str, depth: int = 4) -> bool:
-    """``value`` comes from a matmul through at most ``depth`` elementwise calls."""
-    p = ix.producer.get(value)
-    if p is None or depth == 0:
-        return False
-    if p.op == "matmul":
-        return True
-    return p.op == "fused" and any(_leads(g, ix, i, depth - 1) for i in p.inputs
-                                   if scalar(g, i) is None)
-
-
-def _scores(g: Graph, ix: Index, value: str, user):
-    """Walk back from the softmax's input over scale, mask and causal Where calls to the
-    MatMul(Q, K^T): (matmul call, scale, mask value, causal, calls taken) or None."""
-    scale, mask, causal, taken = 1.0, None, False, []
-    for _ in range(3):
-        c = ix.producer.get(value)
-        e = c and _one(c)
-        if e is None or ix.only_user(value) is not user:
-            break
-        text, ins = str(e), c.inputs
-        consts = [scalar(g, i) for i in ins]
-        if text in ("multiply(x0, x1)", "divide(x0, x1)") and consts[1] is not None or \
-                text == "multiply(x0, x1)" and consts[0] is not None:
-            k = 1 - consts.index(next(v for v in consts if v is not None))
-            f = float(consts[1 - k])
-            scale, value = scale * (1 / f if text.startswith("divide") else f), ins[k]
-        elif text == "add(x0, x1)" and mask is None and (_leads(g, ix, ins[0]) or
-                                                         _leads(g, ix, ins[1])):
-            k = 0 if _leads(g, ix, ins[0]) else 1
-            mask, value = ins[1 - k], ins[k]
-        elif text == "where(x0, x1, x2)" and not causal:
-            low = [scalar(g, i) for i in ins[1:]]
-            side = next((k for k, v in enumerate(low) if v is not None and v <= -1e30), None)
-            if side is None or not _causal(g, ins[0], masked_when=side == 0):
-                break
-            causal, value = True, ins[2 - side]
-        else:
-            break
-        taken.append(c)
-        user = c
-    mm = ix.producer.get(value)
-    if mm is None or mm.op != "matmul" or mm.attrs or ix.only_user(value) is not user:
-        return None
-    return mm, scale, mask, causal, taken
-
-
-def attention(g: Graph, calls: list) -> list:
-    for sm in [c for c in calls if c.op == "softmax"]:
-        ix = Index(calls, g.results)
-        x = sm.inputs[0]
-        t = g.type_of(x)
-        mm2 = ix.only_user(sm.outputs[0])
-        if t.ndim != 4 or sm.attrs.get("axis", -1) % 4 != 3 or mm2 is None or \
-                mm2.op != "matmul" or mm2.attrs or mm2.inputs[0] != sm.outputs[0]:
-            continue
-        found = _scores(g, ix, x, sm)
-        if found is None:
-            continue
-        mm, scale, mask, causal, taken = found
-        q, kt, v = mm.inputs[0], mm.inputs[1], mm2.inputs[1]
-        if any(g.type_of(a).ndim != 4 for a in (q, kt, v)) or \
-                not isinstance(g.type_of(q).shape[3], int):
-            continue
-        if mask is not None and (g.type_of(mask).dtype != g.type_of(q).dtype or
-                                 g.type_of(mask).ndim > 4):
-            continue
-        pos = calls.index(mm2)
-        kp = ix.producer.get(kt)
-        if kp is not None and kp.op == "transpose" and ix.only_user(kt) is mm and \
-                kp.attrs.get("axes") is not None:
-            axes = list(kp.attrs["axes"])
-            axes[2], axes[3] = axes[3], axes[2]
-            kp.attrs["axes"] = tuple(axes)
-            k = kp.outputs[0] = kt + "^T"
-        else:
-            k = kt + "^T"
-            calls.insert(pos, Call("transpose", {"axes": (0, 1, 3, 2)}, [kt], [k], []))
-            pos += 1
-        kt_shape = g.type_of(kt).shape
-        g.types[k] = type(g.type_of(kt))(kt_shape[:2] + (kt_shape[3], kt_shape[2]),
-                                          g.type_of(kt).dtype)
-        how = ["MatMul(Q, K^T)"] + [f"scale {scale:.6g}"] + (["additive mask"] if mask else []) \
-            + (["causal Where(-inf)"] if causal else []) + ["Softmax", "MatMul(V)"]
-        new = Call("attention", {"causal": causal, "scale": scale, "layout": "BHSD"},
-                   [q, k, v] + ([mask] if mask else []), mm2.outputs,
-                   [n for c in [mm] + taken[::-1] + [sm, mm2] for n in c.nodes],
-                   ["attention pattern: " + " -> ".join(how)])
-        calls[pos] = new
-        for c in [mm, sm] + taken:
-            calls.remove(c)
-    return calls
 
 
 # -- 4. elementwise chains -------------------------------------------------------------------
@@ -365,7 +221,7 @@ def chains(g: Graph, calls: list, apart: frozenset = frozenset()) -> list:
             if ok:
                 members.append(p)
             return ok
-        tree = substitute(_one(c), [_tree(g, ix, i, leaves, take) for i in c.inputs])
+        tree = substitute(expr_of(c), _args(g, ix, c, leaves, take))
         if len(leaves) > MAX_INPUTS:  # too many arrays for one kernel: keep the nodes apart
             return chains(g, calls, apart | {id(m) for m in members})
         nodes = [n for m in sorted(members, key=lambda m: ix.order[id(m)]) for n in m.nodes]

@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 import sympy
 
+from ..errors import GpucgError
 from ..op import get_op
 from ..ops._expr import node as ew_node, placeholders
 from ..shape import TensorType, product
@@ -80,10 +81,22 @@ class Lowering:
         self.emit(node, "fused", inputs, node.outputs[:1], expr=str(tree))
 
     def run(self) -> list:
+        failed: set = set()  # values of nodes that could not be lowered
         for node in self.g.nodes:
-            self.node(node)
+            if any(self.ref(i) in failed for i in node.inputs if i):
+                failed.update(node.outputs)  # downstream of one listed: its types are unknown
+                if node.domain not in ("ai.onnx", "") or node.op not in TABLE:
+                    self.unsupported.append((node, ""))
+                continue
+            try:
+                self.node(node)
+            except GpucgError as exc:  # a supported op type used in a way gpucg cannot run
+                self.unsupported.append((node, str(exc).splitlines()[0]))
+            if self.unsupported and self.unsupported[-1][0] is node:
+                failed.update(node.outputs)
         if self.unsupported:
-            lines = "\n".join(f"  {n.label} domain {n.domain!r}" for n in self.unsupported)
+            lines = "\n".join(f"  {n.label} domain {n.domain!r}{': ' + why if why else ''}"
+                              for n, why in self.unsupported)
             raise UnsupportedError(f"{len(self.unsupported)} node(s) have no gpucg operator:\n"
                                    f"{lines}\n(supported: {', '.join(sorted(TABLE))})")
         self.g.results = [self.ref(o) for o in self.g.outputs]
@@ -94,7 +107,7 @@ class Lowering:
         present = [self.ref(i) for i in n.inputs if i]
         kinds = [g.kind(i) for i in present]
         if n.domain not in ("ai.onnx", ""):
-            self.unsupported.append(n)
+            self.unsupported.append((n, ""))
             return
         if n.op == "Constant":
             g.consts[n.outputs[0]] = np.asarray(evaluate(n, [])[0])
@@ -123,7 +136,7 @@ class Lowering:
             return
         handler = TABLE.get(n.op)
         if handler is None:
-            self.unsupported.append(n)
+            self.unsupported.append((n, ""))
             return
         handler(self, n, [self.ref(i) if i else "" for i in n.inputs])
 
@@ -218,7 +231,8 @@ def _conv(lw, n, ins):
 
 
 def _batch_norm(lw, n, ins):
-    lw.emit(n, "batch_norm", ins[:5], n.outputs[:1], axis=1, eps=float(n.attrs.get("epsilon", 1e-5)))
+    lw.emit(n, "batch_norm", ins[:5], n.outputs[:1], axis=1,
+            eps=float(n.attrs.get("epsilon", 1e-5)))
 
 
 def _pool(lw, n, ins):
@@ -230,8 +244,8 @@ def _pool(lw, n, ins):
     kw = dict(kernel=tuple(at["kernel_shape"]), strides=tuple(at.get("strides", (1, 1))),
               padding=pad, ceil_mode=bool(at.get("ceil_mode", 0)))
     if n.op == "MaxPool":
-        lw.emit(n, "max_pool2d", ins[:1], n.outputs[:1], dilation=tuple(at.get("dilations", (1, 1))),
-                **kw)
+        lw.emit(n, "max_pool2d", ins[:1], n.outputs[:1],
+                dilation=tuple(at.get("dilations", (1, 1))), **kw)
     else:
         lw.emit(n, "avg_pool2d", ins[:1], n.outputs[:1],
                 count_include_pad=bool(at.get("count_include_pad", 0)), **kw)
@@ -245,8 +259,6 @@ def _global_pool(lw, n, ins):
 def _reshape(lw, n, ins):
     x, shape = ins[:2]
     g = lw.g
-    if n.attrs.get("allowzero", 0):
-        raise OnnxError(f"{n.label}: allowzero=1 is not supported")
     if shape in g.consts:
         target = list(g.consts[shape].reshape(-1))
     elif shape in g.sizes:
@@ -254,7 +266,8 @@ def _reshape(lw, n, ins):
     else:
         raise OnnxError(f"{n.label}: the target shape ({shape!r}) depends on data")
     xt = g.type_of(x)
-    dims = [xt.shape[i] if (isinstance(d, (int, np.integer)) and d == 0) else d
+    copy = not n.attrs.get("allowzero", 0)  # 0 takes the input's size (allowzero: a size 0)
+    dims = [xt.shape[i] if (copy and isinstance(d, (int, np.integer)) and d == 0) else d
             for i, d in enumerate(target)]
     known = [d for d in dims if not (isinstance(d, (int, np.integer)) and d == -1)]
     if len(known) < len(dims):
@@ -314,8 +327,13 @@ def _gather(lw, n, ins):
 
 
 def _softmax(lw, n, ins):
+    axis, rank = int(n.attrs.get("axis", -1 if lw.g.opset.get("ai.onnx", 13) >= 13 else 1)), \
+        lw.g.type_of(ins[0]).ndim
+    if lw.g.opset.get("ai.onnx", 13) < 13 and axis % rank != rank - 1:
+        raise OnnxError(f"{n.label}: before opset 13 Softmax flattens from axis {axis}; only "
+                        "the last axis is supported")
     lw.emit(n, "softmax" if n.op == "Softmax" else "log_softmax", ins[:1], n.outputs,
-            axis=int(n.attrs.get("axis", -1)))
+            axis=axis)
 
 
 def _layer_norm(lw, n, ins):

@@ -12,7 +12,8 @@ import sympy
 
 from .. import compiled as _compiled
 from ..arrays import asarray, to_host
-from ..ops.elementwise import reshape
+from ..runtime import get_backend
+from ..strategies.view import reshaped
 from ..target import resolve
 from .graph import Graph, OnnxError, value_at
 from .lower import Call
@@ -23,7 +24,8 @@ _MEMO = 16  # bindings of the sizes whose size-dependent values are kept on the 
 @dataclasses.dataclass
 class Step:
     """One call made runnable: its CompiledOp, or for a reshape to symbolic sizes the function
-    giving the sizes for a binding (it runs as gpucg.ops.reshape: a view, no kernel)."""
+    giving the sizes for a binding (it runs as gpucg.ops.reshape's shape_view does: a view of
+    the same memory, no kernel, nothing compiled for a new size)."""
 
     call: Call
     op: object = None
@@ -121,11 +123,11 @@ class Model:
         for name, x in arrays.items():  # the only uploads of a call: its inputs
             env[name] = asarray(x, target=self.target)
         sizes = [binding.get(s, 0) for s in self.symbols]
+        backend = get_backend(self.target.backend)
         for step in self.steps:
             args = [env[i] for i in step.call.inputs]
             if step.op is None:
-                out = reshape(args[0], tuple(int(d) for d in step.sizes(*sizes)),
-                              target=self.target)
+                out = reshaped(backend, args[0], tuple(int(d) for d in step.sizes(*sizes)))
             else:
                 out = step.op.run(step.op.plan(*args), *args)
             outs = out if isinstance(out, tuple) else (out,)
@@ -156,7 +158,8 @@ class Model:
             attrs = ", ".join(f"{a}={v!r}" for a, v in c.attrs.items())
             lines.append(f"[{k}] {', '.join(c.nodes) or '(added)'}")
             if s.op is None:
-                lines.append(f"    -> gpucg.ops.reshape(shape={tuple(c.view)}): a view")
+                lines.append(f"    -> gpucg.ops.reshape(shape={tuple(c.view)})")
+                lines.append("    implementation: shape_view (a view: no kernel)")
             else:
                 impls = list(dict.fromkeys(ch.impl.name for ch in s.op.selection.choices))
                 lines.append(f"    -> gpucg.ops.{c.op}({attrs})")
