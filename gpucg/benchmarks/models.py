@@ -1,69 +1,71 @@
 """Whole models beside onnxruntime and torch on the CPU: ResNet-18 (224x224) and a BERT-base
 encoder layer (seq 128), at batch 1 and 8, in one process.
 
-The models are built here (gpucg/benchmarks/model_zoo.py: torch modules with random weights,
-exported to ONNX in memory; nothing downloaded). Ours runs the exported ONNX model through
-``gpucg.onnx.compile`` on each target where that package is present, else the same model
-written with gpucg's operators called one by one (the row says which). One compiled model a
-target serves both batch sizes (batch and sequence are symbolic). The ratio columns are ours
-over onnxruntime and over torch; every row's output is checked against onnxruntime's.
-Goal on a CPU: the numpy target within 1.5x of onnxruntime on both models.
+The models are the test suite's builders (tests/onnx_models.py: torch modules with random
+weights exported to ONNX in memory, batch and sequence dynamic; nothing downloaded) at
+ResNet-18's and BERT-base's sizes, so the benchmark runs from a source checkout. Ours runs the
+ONNX model through ``gpucg.onnx.compile`` on every usable target; one compiled model a target
+serves both batch sizes. The ratio columns are over onnxruntime and over torch; every row's
+output is checked against onnxruntime's. Goal on a CPU: the numpy target within 1.5x of
+onnxruntime on both models.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
-from ..runtime import backend_status, get_backend
-from . import model_zoo
+from ..runtime import backend_status
 from .common import banner, median_time, parser, torch_or_none
 from .lowp import NOT_MEASURED, gpu_present
 
 #: (model, batch sizes); --quick runs batch 1 only
 MODELS = {"resnet18": (1, 8), "bert": (1, 8)}
 SEQ = 128
+BUILDERS = Path(__file__).resolve().parents[2] / "tests" / "onnx_models.py"
+
+
+def _builders():
+    if not BUILDERS.exists():
+        raise SystemExit(f"gpucg bench models builds its models with {BUILDERS}: run it from "
+                         "a source checkout of gpucg")
+    spec = importlib.util.spec_from_file_location("onnx_models", BUILDERS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _build(name: str):
-    """(torch module, onnx bytes, input name, example maker(batch))."""
-    rng = np.random.default_rng(0)
+    """(ONNX bytes, feeds(batch) -> {input: array}, the torch module exported)."""
+    zoo = _builders()
+    captured = {}
+    export = zoo.export
+
+    def keep(module, *args, **kwargs):  # the module exported, kept for the torch rows
+        captured["module"] = module
+        return export(module, *args, **kwargs)
+
+    zoo.export = keep
     if name == "resnet18":
-        module = model_zoo.resnet18()
-        make = (lambda b: rng.standard_normal((b, 3, 224, 224)).astype(np.float32))
-        return module, model_zoo.to_onnx(module, make(1), "x", {0: "n"}), "x", make
-    module = model_zoo.bert_layer()
-    make = (lambda b: rng.standard_normal((b, SEQ, model_zoo.BERT_HIDDEN)).astype(np.float32))
-    return module, model_zoo.to_onnx(module, make(1), "x", {0: "n", 1: "s"}), "x", make
-
-
-def _ours(name: str, module, onnx_bytes: bytes, target: str):
-    """(label, x -> numpy output) for one target: the ONNX front end where there is one."""
-    try:
-        from .. import onnx as gonnx
-        compile_model = gonnx.compile
-    except (ImportError, AttributeError):
-        compile_model = None
-    be = get_backend(target)
-    if compile_model is not None:
-        import onnx
-
-        model = compile_model(onnx.load_from_string(onnx_bytes), target=target)
-        label = "gpucg.onnx"
-
-        def run(x):
-            return model.run(None, {"x": x})[0]
+        model, feeds = zoo.resnet(width=64, blocks=(2, 2, 2, 2), classes=1000, image=224)
+        make = (lambda b: feeds(b, 224))
     else:
-        label = "gpucg.ops one by one"
-        fn = (model_zoo.resnet18_ops if name == "resnet18" else model_zoo.bert_ops)(module,
-                                                                                    target)
+        model, feeds = zoo.bert_layer(hidden=768, heads=12, ffn=3072)
+        make = (lambda b: feeds(b, SEQ))
+    return model.SerializeToString(), make, captured["module"].eval()
 
-        def run(x):
-            return fn(x if target == "numpy" else be.to_device(x))
-    return label, lambda x: np.asarray(be.to_host(run(x)))
+
+def _ours(onnx_bytes: bytes, target: str):
+    """(label, feeds -> first output as NumPy) for one target."""
+    from .. import onnx as gonnx
+
+    model = gonnx.compile(onnx_bytes, target=target)
+    return "gpucg.onnx", lambda feeds: model.run(None, feeds)[0]
 
 
 def _row(label, t, base, torch_t, note=""):
@@ -75,7 +77,7 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
     import onnxruntime as ort
 
     t0 = time.perf_counter()
-    module, onnx_bytes, _, make = _build(name)
+    onnx_bytes, make, module = _build(name)
     opts = ort.SessionOptions()
     if threads:
         opts.intra_op_num_threads = opts.inter_op_num_threads = threads
@@ -86,19 +88,19 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
     for target in targets:
         if backend_status(target)[0]:
             t0 = time.perf_counter()
-            ours[target] = _ours(name, module, onnx_bytes, target)
-            print(f"  {target}: {ours[target][0]} prepared in {time.perf_counter() - t0:.1f} s")
+            ours[target] = _ours(onnx_bytes, target)
+            print(f"  {target}: {ours[target][0]} compiled in {time.perf_counter() - t0:.1f} s")
     for b in batches:
-        x = make(b)
-        want = sess.run(None, {"x": x})[0]
-        base = median_time(lambda: sess.run(None, {"x": x}), repeat=repeat, warmup=1)
+        feeds = make(b)
+        want = sess.run(None, feeds)[0]
+        base = median_time(lambda: sess.run(None, feeds), repeat=repeat, warmup=1)
         torch_t = None
         if torch is not None:
-            tx = torch.from_numpy(x)
+            args = [torch.from_numpy(x) for x in feeds.values()]
             with torch.inference_mode():
-                torch_t = median_time(lambda: module(tx), repeat=repeat, warmup=1)
-        shape = "x".join(str(d) for d in x.shape)
-        print(f"\n{name} batch {b} (input {shape}, float32)")
+                torch_t = median_time(lambda: module(*args), repeat=repeat, warmup=1)
+        shape = ", ".join(f"{k} {'x'.join(map(str, x.shape))}" for k, x in feeds.items())
+        print(f"\n{name} batch {b} ({shape}, float32)")
         print(f"  {'implementation':<44} {'ms':>10} {'/ort':>8} {'/torch':>8}  notes")
         _row("onnxruntime (cpu)", base, base, torch_t)
         results.append({"model": name, "batch": b, "impl": "onnxruntime", "seconds": base})
@@ -106,8 +108,8 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
             _row("torch (cpu, inference_mode)", torch_t, base, torch_t)
             results.append({"model": name, "batch": b, "impl": "torch", "seconds": torch_t})
         for target, (label, fn) in ours.items():
-            err = float(np.max(np.abs(fn(x) - want)))
-            t = median_time(lambda: fn(x), repeat=repeat, warmup=1)
+            err = float(np.max(np.abs(fn(feeds) - want)))
+            t = median_time(lambda: fn(feeds), repeat=repeat, warmup=1)
             _row(f"gpucg {target} ({label})", t, base, torch_t, f"max abs err vs ort {err:.1e}")
             results.append({"model": name, "batch": b, "impl": f"gpucg {target}", "path": label,
                             "seconds": t, "ratio_vs_ort": t / base,
@@ -115,6 +117,8 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
                             "max_abs_err": err})
         if "cuda" not in ours and not gpu_present():
             print(f"  {'gpucg cuda':<44} {NOT_MEASURED}")
+            results.append({"model": name, "batch": b, "impl": "gpucg cuda",
+                            "skipped": NOT_MEASURED})
 
 
 def main(argv=()) -> int:
