@@ -141,6 +141,9 @@ def test_cli_explain(models, tmp_path, capsys):
     assert "symbolic sizes seq" in out  # batch fixed by --dim
     assert main(["onnx", "explain", str(path), "--dim", "batch"]) == 2
     assert "--dim 'batch' must be NAME=INT" in capsys.readouterr().err
+    assert main(["onnx", "explain", str(path), "--dim", "batsh=2"]) == 2
+    assert "dims names ['batsh'], which no graph input has; its symbolic sizes: ['batch', " \
+           "'seq']" in capsys.readouterr().err
 
 
 def _graph_of_many_operators():

@@ -69,6 +69,7 @@ class Graph:
     def __init__(self, proto, dims: dict | None = None):
         onnx = require_onnx()
         self.fixed = dict(dims or {})
+        self._fixed_seen: set[str] = set()
         from onnx import numpy_helper
 
         self.proto = proto
@@ -93,6 +94,10 @@ class Graph:
                                 f"allowed: {', '.join(sorted(set(DTYPES.values())))}")
             dims = tuple(self._dim(i.name, axis, d) for axis, d in enumerate(t.shape.dim))
             self.types[i.name] = TensorType(dims, DTYPES[t.elem_type])
+        unknown = sorted(set(self.fixed) - set(self.symbols) - self._fixed_seen)
+        if unknown:
+            raise OnnxError(f"dims names {unknown}, which no graph input has; its symbolic "
+                            f"sizes: {sorted(set(self.symbols) | self._fixed_seen) or 'none'}")
         self.nodes: list[Node] = []
         seen: set[str] = set()
         for k, n in enumerate(graph.node):
@@ -115,6 +120,7 @@ class Graph:
             return int(d.dim_value)
         label = d.dim_param if d.HasField("dim_param") else f"{name}_{axis}"
         if label in self.fixed:
+            self._fixed_seen.add(label)
             return int(self.fixed[label])
         ident = re.sub(r"\W", "_", label)
         ident = ident if ident[:1].isalpha() else "d_" + ident

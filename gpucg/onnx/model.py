@@ -6,6 +6,7 @@ onnxruntime's way of running it (``model.run(None, {"x": x})``) or a call (``mod
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import sympy
@@ -110,9 +111,9 @@ class Model:
             self._dynamic[key] = found
         return found
 
-    def run(self, output_names, input_feed: dict) -> list:
+    def run(self, output_names, input_feed: dict, run_options=None) -> list:
         """onnxruntime's InferenceSession.run: the outputs named (None: all), as NumPy arrays
-        in a list."""
+        in a list (``run_options`` is accepted for the same signature, and unused)."""
         names = self.outputs if output_names is None else list(output_names)
         for n in names:
             if n not in self.outputs:
@@ -149,8 +150,17 @@ class Model:
         syms = ", ".join(map(str, self.symbols)) or "none"
         lines = [f"gpucg.onnx model on {self.target}: {len(self.graph.proto.graph.node)} ONNX "
                  f"nodes, {nodes} of them run as {len(self.steps)} gpucg calls ({self.compiles}"
-                 f" compiled, for the symbolic sizes {syms}); the others were folded",
+                 f" compiled, for the symbolic sizes {syms})",
                  "inputs: " + ", ".join(f"{n} {t}" for n, t in self.inputs.items())]
+        ran = {label for s in self.steps for label in s.call.nodes}
+        per_size = {n.label for n in self.graph.dynamic.values()}
+        for what, keep in (("folded at compile time (constants, sizes, pass-throughs)",
+                            lambda n: n.label not in per_size),
+                           ("computed on the host once per new size", lambda n: n.label in
+                            per_size)):
+            ops = Counter(n.op for n in self.graph.nodes if n.label not in ran and keep(n))
+            if ops:
+                lines.append(f"{what}: " + ", ".join(f"{op} x{k}" for op, k in ops.items()))
         order = {n.label: k for k, n in enumerate(self.graph.nodes)}
         for k, s in enumerate(self.steps):
             c = s.call
