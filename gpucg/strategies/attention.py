@@ -194,10 +194,14 @@ def numpy_attention(q, k, v, mask, attrs):
             seen = mt > -np.inf
             mt_safe = np.where(seen, mt, 0).astype(np.float32)
             with np.errstate(invalid="ignore", over="ignore"):
-                corr = np.where(seen, np.exp(m - mt_safe), 1).astype(np.float32)
-                p = np.exp(s - mt_safe)
-            l = l * corr + p.sum(axis=-1, keepdims=True)  # noqa: E741
-            acc = acc * corr + p @ vf[:, :, :, k0:k1]
+                s -= mt_safe
+                p = np.exp(s, out=s)
+                if k0:  # the first key block starts from nothing: no correction
+                    corr = np.where(seen, np.exp(m - mt_safe), 1).astype(np.float32)
+                    l = l * corr + p.sum(axis=-1, keepdims=True)  # noqa: E741
+                    acc = acc * corr + p @ vf[:, :, :, k0:k1]
+                else:
+                    l, acc = p.sum(axis=-1, keepdims=True), p @ vf[:, :, :, k0:k1]  # noqa: E741
             m = mt
         with np.errstate(invalid="ignore", divide="ignore"):
             ob = np.where(l > 0, acc / np.where(l > 0, l, 1), 0)

@@ -77,14 +77,26 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
     win = np.lib.stride_tricks.sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1),
                                                    axis=(2, 3))
     win = win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]  # (n, c, oh, ow, kh, kw)
-    # im2col as (g, i*kh*kw, n*oh*ow): the copy runs along output rows (5x faster than the
-    # transposed order), then one (o/g x K) @ (K x n*oh*ow) matmul per group
-    cols = win.reshape(n, g, i, oh, ow, kh, kw).transpose(1, 2, 5, 6, 0, 3, 4)
-    cols = cols.reshape(g, i * kh * kw, n * oh * ow)
     wm = w.reshape(g, o // g, i * kh * kw)
-    y = np.matmul(wm, cols)  # (g, o/g, n*oh*ow)
-    y = y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3)
+    y = np.empty((n, o, oh, ow), acc)
+    # a few images at a time: their columns stay below IM2COL_BYTES, so the buffers come
+    # from the heap again instead of fresh pages (whose first touch cost more than the copy)
+    step = max(1, min(n, IM2COL_BYTES // max(1, acc.itemsize * i * kh * kw * oh * ow)))
+    for n0 in range(0, n, step):
+        nb = min(step, n - n0)
+        # im2col as (g, i*kh*kw, nb*oh*ow): the copy runs along output rows (5x faster than
+        # the transposed order), then one (o/g x K) @ (K x nb*oh*ow) matmul per group
+        cols = win[n0:n0 + nb].reshape(nb, g, i, oh, ow, kh, kw).transpose(1, 2, 5, 6, 0, 3, 4)
+        cols = cols.reshape(g, i * kh * kw, nb * oh * ow)
+        if nb == 1 and g == 1:  # straight into the output, a 2-D GEMM
+            np.matmul(wm[0], cols[0], out=y[n0].reshape(o, oh * ow))
+        else:
+            y[n0:n0 + nb] = np.matmul(wm, cols).reshape(o, nb, oh, ow).transpose(1, 0, 2, 3)
     return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs), attrs.data_layout)
+
+
+#: the most bytes of im2col columns made at once (see numpy_conv2d)
+IM2COL_BYTES = 8 << 20
 
 
 def _im2col_run(ctx):
