@@ -68,7 +68,7 @@ def _row_run(lanes_key: str):
     def run(ctx, main):
         outer, n, _ = _dims(ctx)
         _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, ctx.config[lanes_key],
-                ctx.config["row_loop"])
+                dict(ctx.config).get("row_loop", 1))
     return run
 
 
