@@ -204,3 +204,28 @@ def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl
             core = "/gemm" in key
             sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS") if core else (),
                              none=("LDL", "STL"), what=f"conv2d {impl}/{key} {dtype} {dl} {arch}")
+
+
+#: the 128-bit kernels (issue 19 item 3) by their default GPU configs: op, shapes, attrs, impl,
+#: whether it stores 128 bits (a reduction stores one value a row) and shuffles
+_VECTOR = [("add", [(1 << 20,), (1 << 20,)], {}, "ew_contiguous", True, False),
+           ("multiply", [(4096, 1024), (1024,)], {}, "ew_strided", True, False),
+           ("sum", [(4096, 4096)], {"axis": 1}, "reduce_group", False, True),
+           ("max", [(4096, 256)], {"axis": 1}, "reduce_warp", False, True),
+           ("softmax", [(4096, 4096)], {}, "norm_group", True, True),
+           ("log_softmax", [(4096, 128)], {}, "norm_warp", True, True),
+           ("layer_norm", [(4096, 1024), (1024,), (1024,)], {}, "norm_group", True, True),
+           ("rms_norm", [(4096, 128), (128,)], {}, "norm_warp", True, True)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,shapes,attrs,impl,stores,shuffles", _VECTOR,
+                         ids=[f"{v[0]}-{v[3]}" for v in _VECTOR])
+def test_memory_bound_kernels_move_128_bits(sass_or_skip, arch, op, shapes, attrs, impl, stores,
+                                            shuffles):
+    """LDG.E.128 (and STG.E.128 where the kernel stores rows) in the elementwise, reduce and
+    norm kernels' vector configs, SHFL in the reduce and norm ones, no local memory."""
+    got = mixes(op, *[gpucg.tensor(s, "float32") for s in shapes], impl=impl, arch=arch, **attrs)
+    for kernel, mix in got.items():
+        has = ("LDG.128",) + (("STG.128",) if stores else ()) + (("SHFL",) if shuffles else ())
+        sass.assert_sass(mix, has=has, none=("LDL", "STL"), what=f"{op} {impl}/{kernel} {arch}")
