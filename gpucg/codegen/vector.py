@@ -13,6 +13,7 @@ arguments' alignment before it runs a vector config: Implementation.needs).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..errors import DTypeError
@@ -67,7 +68,9 @@ OPENCL_VECTORS = VectorSpelling(
 
 
 def _at(ptr: str, index: str, q: int) -> str:
-    return f"{ptr} + ({index})" if not q else f"{ptr} + ({index}) + {q}"
+    if not re.fullmatch(r"[\w\s+*]+", index):
+        index = f"({index})"
+    return f"{ptr} + {index}" + (f" + {q}" if q else "")
 
 
 def _ptr(d, vtype: str, const: bool) -> str:
