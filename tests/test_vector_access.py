@@ -33,11 +33,12 @@ def _forced(op, arrays, impl, config, **attrs):
 
 def test_dialects_spell_the_accesses():
     assert CUDA.vload("a", "x", "i", "float32", 4).startswith(
-        "const float4 a_w0 = *(const float4*)(x + (i));")
+        "const float4 a_w0 = *(const float4*)(x + i);")
     assert OPENCL.vload("a", "x", "i", "float32", 4).startswith(
-        "const float4 a_w0 = *(__global const float4*)(x + (i));")
-    assert "vloada_half8(0, x + (i))" in OPENCL.vload("a", "x", "i", "float16", 8)
+        "const float4 a_w0 = *(__global const float4*)(x + i);")
+    assert "vloada_half8(0, x + i)" in OPENCL.vload("a", "x", "i", "float16", 8)
     assert "make_uint4(" in CUDA.vstore("y", "i", [f"r{k}" for k in range(8)], "bfloat16")
+    assert OPENCL.vstore("y", "i", list("abcd"), "float32").startswith("vstore4((float4)(")
     assert CUDA.vload("a", "x", "i", "float64", 4).count("double2") == 4
     assert CUDA.vload("a", "x", "i", "int8", 1) == "const signed char a0 = x[i];"
     with pytest.raises(gpucg.errors.DTypeError, match="not a multiple of 4"):

@@ -54,6 +54,11 @@ class VectorSpelling:
     #: from a float8 (``{value}``); empty where float16 travels as words
     half8_load: str = ""
     half8_store: str = ""
+    #: a 16-byte store of ``{value}`` (``{n}`` components) at ``{ptr}`` (of the vector's
+    #: element type); empty: through a vector pointer. OpenCL stores by vstoreN, which
+    #: Oclgrind counts as the bytes it moves (a vector literal stored through a pointer counts
+    #: one element twice there)
+    store: str = ""
 
 
 CUDA_VECTORS = VectorSpelling(
@@ -64,7 +69,8 @@ OPENCL_VECTORS = VectorSpelling(
     types={"float32": "float4", "int32": "int4", "uint32": "uint4", "float64": "double2",
            "int64": "long2", "uint64": "ulong2", "words": "uint4"},
     make="({t})({args})", as_float="as_float",
-    half8_load="vloada_half8(0, {ptr})", half8_store="vstorea_half8_rte({value}, 0, {ptr});")
+    half8_load="vloada_half8(0, {ptr})", half8_store="vstorea_half8_rte({value}, 0, {ptr});",
+    store="vstore{n}({value}, 0, {ptr});")
 
 
 def _at(ptr: str, index: str, q: int) -> str:
@@ -140,7 +146,12 @@ def vstore(d, ptr: str, index: str, values, dtype: str) -> str:
             comps = [" | ".join(b if j == 0 else f"({b} << {j * size * 8})"
                                 for j, b in enumerate(bits[c * step:(c + 1) * step]))
                      for c in range(4)]
-        out.append(f"*{_ptr(d, vt, False)}({at}) = {v.make.format(t=vt, args=', '.join(comps))};")
+        value = v.make.format(t=vt, args=", ".join(comps))
+        if v.store:
+            words = f"({d.global_ptr} {d.utype(32)}*)({at})" if size < 4 else at
+            out.append(v.store.format(n=len(comps), value=value, ptr=words))
+        else:
+            out.append(f"*{_ptr(d, vt, False)}({at}) = {value};")
     return "\n".join(out)
 
 

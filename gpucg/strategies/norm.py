@@ -149,7 +149,10 @@ def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
                             constraint=lambda c: c["lanes"] * c["items"] == WARP_CAPACITY
                             and c["wg"] >= c["lanes"] and c["items"] % c["vw"] == 0),
         "group": ConfigSpace({"wg": (128, 256, 512, 1024), "items": (4, 8, 16, 32), **cached},
-                             {"wg": 256, "items": 16, **more},
+                             # gamma and beta held beside the row: half the items a lane
+                             # (about 60 registers on sm_90, half occupancy, as before them)
+                             {"wg": 512 if gamma and not on_cpu else 256,
+                              "items": 8 if gamma and not on_cpu else 16, **more},
                              constraint=lambda c: c["wg"] * c["items"] == GROUP_CAPACITY
                              and c["items"] % c["vw"] == 0),
         "blocks": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
