@@ -24,10 +24,11 @@ rng = np.random.default_rng(19)
 GPU = "opencl -device=gpu"
 
 
-def _forced(op, arrays, impl, config, **attrs):
-    """The op compiled with impl and config forced, on PoCL; (result, vw of each choice)."""
+def _forced(op, arrays, impl, config, index="auto", **attrs):
+    """The op compiled with impl and config forced, on PoCL; (the op, vw of each choice)."""
     types = [gpucg.tensor(a.shape, a.dtype.name) for a in arrays]
-    f = gpucg.compile(op, *types, target="opencl", impl=impl, config=config, **attrs)
+    f = gpucg.compile(op, *types, target="opencl", impl=impl, config=config, index=index,
+                      **attrs)
     return f, [c.config["vw"] for c in f.selection.choices]
 
 
@@ -112,7 +113,8 @@ def test_reduce_vector_configs(op, dtypes):
             if x.size and dtype.startswith("float"):
                 x[-1, 3] = np.nan
             vw = 16 // x.dtype.itemsize
-            f, vws = _forced(op, [x], impl, dict(config, vw=vw), axis=1)
+            index = "int64" if impl == "reduce_split" else "int32"  # 64-bit indexing too
+            f, vws = _forced(op, [x], impl, dict(config, vw=vw), index=index, axis=1)
             assert vws == [vw, 1] and f.plan(x).index == 0, (op, dtype, impl)
             got = np.asarray(gpucg.to_host(f(x))).astype(np.float64)
             want = np.asarray(getattr(gpucg.ops, op)(x, axis=1, target="numpy")).astype(np.float64)
@@ -141,7 +143,8 @@ def test_norm_vector_configs(op, dtype, loops):
         params = [p.astype(nd) for p in params_for(op, shape[1], "float32", rng)]
         vw = 16 // x.dtype.itemsize
         for row_loop in loops:
-            f, vws = _forced(op, [x, *params], impl, dict(config, vw=vw, row_loop=row_loop))
+            f, vws = _forced(op, [x, *params], impl, dict(config, vw=vw, row_loop=row_loop),
+                             index="int64" if impl == "norm_group" else "int32")
             assert vws == [vw, 1] and f.plan(x, *params).index == 0
             got = np.asarray(gpucg.to_host(f(x, *params)))
             if dtype == "bfloat16":  # check() knows NumPy's dtypes: compare in float32
