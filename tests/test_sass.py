@@ -245,3 +245,28 @@ def test_resources_cli_shows_flash_attention_mix(sass_or_skip, capsys):
     mix = dict(zip(header[2:], row[1].split()[2:]))
     assert int(mix["HMMA"]) > 0 and int(mix["LDSM"]) > 0 and int(mix["LDGSTS"]) > 0
     assert mix["LDL"] == mix["STL"] == "0"
+
+
+#: the 128-bit kernels (issue 19 item 3) by their default GPU configs: op, shapes, attrs, impl,
+#: whether it stores 128 bits (a reduction stores one value a row) and shuffles
+_VECTOR = [("add", [(1 << 20,), (1 << 20,)], {}, "ew_contiguous", True, False),
+           ("multiply", [(4096, 1024), (1024,)], {}, "ew_strided", True, False),
+           ("sum", [(4096, 4096)], {"axis": 1}, "reduce_group", False, True),
+           ("max", [(4096, 256)], {"axis": 1}, "reduce_warp", False, True),
+           ("softmax", [(4096, 4096)], {}, "norm_group", True, True),
+           ("log_softmax", [(4096, 128)], {}, "norm_warp", True, True),
+           ("layer_norm", [(4096, 1024), (1024,), (1024,)], {}, "norm_group", True, True),
+           ("rms_norm", [(4096, 128), (128,)], {}, "norm_warp", True, True)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,shapes,attrs,impl,stores,shuffles", _VECTOR,
+                         ids=[f"{v[0]}-{v[3]}" for v in _VECTOR])
+def test_memory_bound_kernels_move_128_bits(sass_or_skip, arch, op, shapes, attrs, impl, stores,
+                                            shuffles):
+    """LDG.E.128 (and STG.E.128 where the kernel stores rows) in the elementwise, reduce and
+    norm kernels' vector configs, SHFL in the reduce and norm ones, no local memory."""
+    got = mixes(op, *[gpucg.tensor(s, "float32") for s in shapes], impl=impl, arch=arch, **attrs)
+    for kernel, mix in got.items():
+        has = ("LDG.128",) + (("STG.128",) if stores else ()) + (("SHFL",) if shuffles else ())
+        sass.assert_sass(mix, has=has, none=("LDL", "STL"), what=f"{op} {impl}/{kernel} {arch}")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DTypeError
 from ..half import HALF_DTYPES
+from . import vector as _vec
 from .shuffle import SHFL_WORDS
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
@@ -71,6 +72,8 @@ class Dialect:
     #: the address-space qualifier of a pointer into local (shared) memory ("" when pointers
     #: are generic, as in CUDA)
     local_ptr: str = ""
+    #: 16-byte vector types (gpucg/codegen/vector.py)
+    vector: object = None
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -184,6 +187,17 @@ class Dialect:
     def cp_async_wait(self, n: int) -> str:
         """Wait until at most n committed groups are pending (then a barrier publishes them)."""
         return self.warp.wait(n)
+
+    # 128-bit global accesses (gpucg/codegen/vector.py): addresses 16-byte aligned
+
+    def vlanes(self, dtype: str) -> int:
+        return _vec.lanes(dtype)
+
+    def vload(self, dst: str, ptr: str, index: str, dtype: str, count: int) -> str:
+        return _vec.vload(self, dst, ptr, index, dtype, count)
+
+    def vstore(self, ptr: str, index: str, values, dtype: str) -> str:
+        return _vec.vstore(self, ptr, index, values, dtype)
 
     @property
     def unroll(self) -> str:
@@ -349,6 +363,7 @@ CUDA = Dialect(
         "    return h;\n}\n"),
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
+    vector=_vec.CUDA_VECTORS,
 )
 
 OPENCL = Dialect(
@@ -386,6 +401,7 @@ OPENCL = Dialect(
         "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n"),
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
+    vector=_vec.OPENCL_VECTORS,
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}
