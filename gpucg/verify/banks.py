@@ -178,6 +178,12 @@ def _requests_fn(impl_name: str):
         from ..strategies import gemm_mma
         for name in MMA_CORE_IMPLS:
             register(name, lambda config, params: gemm_mma.smem_requests(params, config))
+        # the fused Winograd kernel's local tiles (its own layout, evaluated)
+        from ..strategies import conv2d_fused
+        for m in (2, 4):
+            register(f"winograd_fused_{m}x{m}",
+                     lambda config, params: conv2d_fused.requests(config, params["m"],
+                                                                  params["nchw"]))
     return CORES.get(impl_name)
 
 
