@@ -194,11 +194,9 @@ SELECTION = [  # (data shape, weight shape, attrs, implementation chosen on GPU 
 
 def winograd_name(want: str, target_name) -> str:
     """The implementation a target takes for Winograd tile ``want`` ("winograd_2x2",
-    "winograd_4x4"): the fused kernel, but for F(4x4) on a CPU device (the unfused one is
-    faster there); other names unchanged."""
-    if not want.startswith("winograd_"):
-        return want
-    if want == "winograd_4x4" and gpucg.Target(target_name).on_cpu:
+    "winograd_4x4"): the fused kernel, but the unfused one on a CPU device (faster there);
+    other names unchanged."""
+    if not want.startswith("winograd_") or gpucg.Target(target_name).on_cpu:
         return want
     return want.replace("winograd_", "winograd_fused_")
 
@@ -249,7 +247,7 @@ def test_symbolic_batch_compiles_once_and_dispatches(target):
         ins = arrays(batch, 8, 12, 12, 16, 3, 3, bias=True)
         check(f(*ins), ins, attrs)
     if target != "numpy":
-        assert f.last_impl == f"winograd_fused_2x2.{target}"
+        assert f.last_impl == f"{winograd_name('winograd_2x2', target)}.{target}"
         assert gpucg.stats()["compiles"] - compiles <= 4  # the first call's kernels only
     assert f.dispatcher_source.count("_plan(") == 1
 

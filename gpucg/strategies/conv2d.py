@@ -14,7 +14,8 @@ GPU implementations, by plevel:
   depthwise     13  needs groups == C > 1 (so O = C * multiplier)
   winograd_4x4  12  the unfused F(4x4): transforms and products through global memory (its
                     transformed tiles cost 6-18x the compulsory traffic); forced with impl=.
-                    On a CPU device 15 and the fused F(4x4) 12 (faster there)
+                    On a CPU device the unfused kernels take 15 and 14, the fused 12 and 11
+                    (the unfused are faster on PoCL)
   winograd_2x2  11  the unfused F(2x2), the same
   direct        10  always: implicit GEMM with local-memory tiles and register blocking
 The NumPy target has one implementation, im2col + matmul per group (vectorized). The Winograd
@@ -239,17 +240,18 @@ def gpu_strategy(attrs, inputs, outputs, target):
     if winograd_applies(attrs, geo):
         big_out = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_4X4_MIN_OUT,
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)
-        # on a CPU the unfused F(4x4) stays first: its GEMM tile beats the fused kernel's
-        # 36 sums a pair there (PoCL, 64 -> 64 channels, 56x56: 40 ms against 70)
-        fused4, unfused4 = (12, 15) if on_cpu else (15, 12)
-        for m, plevel in ((4, fused4), (2, 14)):
+        # on a CPU the unfused kernels stay first: their GEMM tile beats the fused kernel's
+        # alpha^2 sums a pair there (PoCL, batch 8, 64 -> 64 channels, 56x56: 208-224 ms
+        # against 381 for F(4x4), 288 against 424 for F(2x2); benchmarks/results/)
+        (f4, f2), (u4, u2) = ((12, 11), (15, 14)) if on_cpu else ((15, 14), (12, 11))
+        for m, plevel in ((4, f4), (2, f2)):
             s.add(conv2d_fused.FUSED[m, False], plevel, condition=big_out if m == 4 else None,
                   space=conv2d_fused.space(m, common["nchw"]), info=info,
                   fixed=winograd_params(common, m, on_cpu))
         space = gemm_space(geo.o, on_cpu, loads=False)
-        s.add(WINOGRAD[4, True], unfused4, condition=big_out, space=space, info=info,
+        s.add(WINOGRAD[4, True], u4, condition=big_out, space=space, info=info,
               fixed=winograd_params(common, 4, on_cpu))
-        s.add(WINOGRAD[2, True], 11, space=space, info=info,
+        s.add(WINOGRAD[2, True], u2, space=space, info=info,
               fixed=winograd_params(common, 2, on_cpu))
     else:
         for decl, plevel in ((conv2d_fused.FUSED[4, False], 15), (conv2d_fused.FUSED[2, False], 14),

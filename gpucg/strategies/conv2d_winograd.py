@@ -58,8 +58,8 @@ def gpu_strategy(attrs, inputs, outputs, target):
                            dialect_for(target.backend))
     s = Strategy(target)
     m = attrs.tile_size
-    # as conv2d's: on a CPU the unfused F(4x4) is faster than the fused one
-    fused, unfused = (12, 15) if target.on_cpu and m == 4 else (15, 12)
+    # as conv2d's: on a CPU the unfused kernels are faster than the fused ones
+    fused, unfused = (12, 15) if target.on_cpu else (15, 12)
     s.add(FUSED[m, True], fused, info=ConvInfo(geo, conv), space=space(m, common["nchw"]),
           fixed=winograd_params(common, m, target.on_cpu))
     s.add(WINOGRAD[attrs.tile_size, False], unfused, info=ConvInfo(geo, conv),
