@@ -24,6 +24,7 @@ from functools import lru_cache
 from ..implementation import Kernel, kernel_impl
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
+from ..codegen.tile_layout import phase_wavefronts
 from .conv2d_call import ConvCall
 from .gemm_tile import LOCAL_BYTES
 
@@ -105,9 +106,10 @@ def requests(config, m: int, nchw: bool, lay: "Layout | None" = None, which=None
 
 
 def _extra(reqs) -> int:
-    """Wavefronts over the ideal, summed over the requests."""
-    from ..verify import banks
-    return sum(banks.wavefronts(a, w) - banks.ideal(a, w) for _, a, w in reqs)
+    """Wavefronts over the ideal (one), summed over the requests (4-byte accesses of 32
+    lanes: one phase each)."""
+    return sum(phase_wavefronts([a // 4 for a in addresses if a is not None]) - 1
+               for _, addresses, _ in reqs if any(a is not None for a in addresses))
 
 
 #: each padding, the requests it moves
@@ -207,3 +209,4 @@ LOW_4X4 = ("F(4x4): 36 sums of 2 (o, tile) pairs a work-item, about 170 register
 
 #: (tile, U given) -> declaration
 FUSED = {(m, pre): decl(m, pre) for m in (2, 4) for pre in (False, True)}
+
