@@ -48,6 +48,7 @@ def topk_sources():
 
 #: conv2d's tensor-core implementations (float16 here; float32 with allow_tf32)
 MMA_IMPLS = ("direct_mma", "winograd_mma")
+FUSED = ("winograd_fused_4x4", "winograd_fused_2x2")
 
 
 def conv2d_sources():
@@ -63,7 +64,7 @@ def conv2d_sources():
         attrs = dict(padding=1, data_layout=dl, kernel_layout=kl, out_dtype=out,
                      activation="relu" if fused else None, target="cuda -arch=sm_90")
         wshape = (32, 16, 3, 3) if kl == "OIHW" else (3, 3, 16, 32)
-        for impl in ("winograd_4x4", "winograd_2x2", "direct") + MMA_IMPLS * (dtype != "float32"):
+        for impl in ("winograd_4x4", "winograd_2x2", "direct") + FUSED + MMA_IMPLS * (dtype != "float32"):
             yield from gpucg.compile("conv2d", data, gpucg.tensor(wshape, dtype), *extra, impl=impl,
                                      **attrs).sources.items()
         if dtype == "float32":  # the tensor-core kernels with TF32
@@ -83,7 +84,7 @@ def test_all_generated_cuda_compiles(nvrtc_or_skip, arch):
     sources = list(scan_sources()) + list(elementwise_sources()) + list(topk_sources()) + \
         list(conv2d_sources())
     assert any(key.startswith("topk_radix.cuda/") for key, _ in sources)
-    for impl in ("winograd_4x4", "winograd_2x2", "direct", "depthwise") + MMA_IMPLS:
+    for impl in ("winograd_4x4", "winograd_2x2", "direct", "depthwise") + FUSED + MMA_IMPLS:
         assert any(key.startswith(f"{impl}.cuda/") for key, _ in sources), impl
     failures = nvrtc.check_sources([src for _, src in sources], arch)
     assert not failures, [(sources[i][0], exc.log) for i, exc in failures[:3]]
