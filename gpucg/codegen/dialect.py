@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..errors import DTypeError
 from ..half import HALF_DTYPES
+from . import half_fns as _half
 from . import vector as _vec
 from .shuffle import SHFL_WORDS
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
@@ -339,28 +340,12 @@ CUDA = Dialect(
     half_storage="unsigned short",
     half_load="gpucg_h2f({ptr}[{index}])",
     half_store="{ptr}[{index}] = gpucg_f2h({value});",
-    half_load_fn=(
-        "/* float16 bits to float: one PTX cvt (no cuda_fp16.h) */\n"
-        "__device__ __forceinline__ float gpucg_h2f(unsigned short h)\n{\n"
-        "    float f;\n"
-        "    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
-        "    return f;\n}\n"),
-    half_store_fn=(
-        "/* float to float16 bits, rounded to nearest even: one PTX cvt */\n"
-        "__device__ __forceinline__ unsigned short gpucg_f2h(float f)\n{\n"
-        "    unsigned short h;\n"
-        "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
-        "    return h;\n}\n"),
+    half_load_fn=_half.CUDA_H2F,
+    half_store_fn=_half.CUDA_F2H,
     bf16_storage="unsigned short",
     bf16_load="__uint_as_float((unsigned int){ptr}[{index}] << 16)",
     bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
-    bf16_store_fn=(
-        "/* float to bfloat16 bits, rounded to nearest even (NaN stays NaN): one PTX cvt\n"
-        "   (sm_80 and later) */\n"
-        "__device__ __forceinline__ unsigned short gpucg_f2bf(float f)\n{\n"
-        "    unsigned short h;\n"
-        "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
-        "    return h;\n}\n"),
+    bf16_store_fn=_half.CUDA_F2BF,
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
     vector=_vec.CUDA_VECTORS,
@@ -392,13 +377,7 @@ OPENCL = Dialect(
     bf16_storage="ushort",
     bf16_load="as_float((uint){ptr}[{index}] << 16)",
     bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
-    bf16_store_fn=(
-        "/* float to bfloat16 bits, rounded to nearest even; a NaN becomes the quiet NaN of its\n"
-        "   sign (adding the rounding bias could carry it into infinity) */\n"
-        "static inline ushort gpucg_f2bf(float f)\n{\n"
-        "    const uint u = as_uint(f);\n"
-        "    if ((u & 0x7FFFFFFFU) > 0x7F800000U) return (ushort)(((u >> 16) & 0x8000U) | 0x7FC0U);\n"
-        "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n"),
+    bf16_store_fn=_half.OPENCL_F2BF,
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
     vector=_vec.OPENCL_VECTORS,
