@@ -71,6 +71,13 @@ class Dialect:
     #: the address-space qualifier of a pointer into local (shared) memory ("" when pointers
     #: are generic, as in CUDA)
     local_ptr: str = ""
+    #: orders a work-item's global stores (loads) before its later ones as other work-groups
+    #: see them: a look-back's value before its flag
+    global_fence: str = ""
+    #: an atomic (or volatile) load and an atomic store of a 32-bit unsigned int in global
+    #: memory (``{ptr}``, ``{value}``): the flags other work-groups spin on
+    atomic_load_fmt: str = ""
+    atomic_store_fmt: str = ""
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -212,6 +219,15 @@ class Dialect:
             return "0x7FFFFFFF"
         return f"(({self.types['int64']})0x7FFFFFFFFFFFFFFF{self.u64_suffix.removeprefix('U')})"
 
+    def atomic_load(self, ptr: str) -> str:
+        """The 32-bit unsigned int at ``ptr`` (global), read past every cache another
+        work-group's store may wait in."""
+        return self.atomic_load_fmt.format(ptr=ptr)
+
+    def atomic_store(self, ptr: str, value: str) -> str:
+        """Atomically store a 32-bit unsigned int in global memory (an expression)."""
+        return self.atomic_store_fmt.format(ptr=ptr, value=value)
+
     def atomic_add(self, ptr: str, value: str) -> str:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
         return f"{self.atomic_add_fn}({ptr}, {value})"
@@ -332,6 +348,9 @@ CUDA = Dialect(
         "    return h;\n}\n"),
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
+    global_fence="__threadfence();",
+    atomic_load_fmt="(*(volatile unsigned int*)({ptr}))",
+    atomic_store_fmt="atomicExch({ptr}, {value})",
 )
 
 OPENCL = Dialect(
@@ -369,6 +388,9 @@ OPENCL = Dialect(
         "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n"),
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
+    global_fence="mem_fence(CLK_GLOBAL_MEM_FENCE);",
+    atomic_load_fmt="atomic_or({ptr}, 0u)",
+    atomic_store_fmt="atomic_xchg({ptr}, {value})",
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}
