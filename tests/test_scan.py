@@ -238,3 +238,84 @@ def test_type_relation_symbolic_flatten():
     op = get_op("cumsum")
     (out,) = op.infer((gpucg.tensor((n, 4), "int32"),), op.make_attrs(axis=None))
     assert out.shape == (4 * n,) and out.dtype == "int64"
+
+
+# -- the single-pass scan (decoupled look-back) ------------------------------------------------
+
+def _lookback(typ, target="opencl", config=None, **attrs):
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    return gpucg.compile(attrs.pop("op", "cumsum"), typ, target=target, impl="scan_lookback",
+                         records=False, config=config, **attrs)
+
+
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("dtype,out", [("bool", None), ("int32", None), ("int32", "int32"),
+                                       ("uint8", None), ("int64", None), ("float32", None),
+                                       ("float64", None), ("float32", "float64")])
+def test_lookback_every_dtype_reverse_and_exclusive(op, dtype, out):
+    """scan_lookback forced, one symbolic compile a combination: 1-D and row lengths of 0, 1,
+    a tile and a bit, many tiles, with the four exclusive/reverse flags spread over them."""
+    n = gpucg.var("n")
+    rng = np.random.default_rng(5)
+    for exclusive, reverse in ((False, False), (True, True), (True, False), (False, True)):
+        f = _lookback(gpucg.tensor((3, n), dtype), op=op, axis=1, dtype=out,
+                      exclusive=exclusive, reverse=reverse)
+        for length in (0, 1, 2053, 9003):
+            x = make((3, length), dtype, op, rng)
+            attrs = get_op(op).make_attrs(axis=1, dtype=out, exclusive=exclusive, reverse=reverse)
+            check(f(x), get_op(op).reference(x, attrs), x, op)
+            assert f.last_impl == "scan_lookback.opencl"
+
+
+@pytest.mark.parametrize("index", ["int32", "int64"])
+def test_lookback_many_work_groups_at_once_on_pocl(index):
+    """Tiles of 64 elements: a 1-D scan of 2^20 + 3 (16385 work-groups) and 6 rows of 70001,
+    PoCL running the groups on all its threads at once, so the look-back spins on
+    predecessors still running; the window walks back over many tiles of aggregates."""
+    rng = np.random.default_rng(6)
+    for shape, axis in (((1 << 20) + 3,), 0), ((6, 70001), 1):
+        for config in ({"wg": 64, "items": 1, "vw": 1}, {"wg": 64, "items": 4, "vw": 4}):
+            f = _lookback(gpucg.tensor(shape, "int32"), axis=axis, dtype="int32",
+                          index=index, config=config)
+            x = rng.integers(-3, 4, size=shape).astype(np.int32)
+            np.testing.assert_array_equal(f(x), np.cumsum(x, axis=axis, dtype=np.int32))
+
+
+def test_lookback_vectors_only_where_aligned():
+    """float32 tiles read 4 at a time (vw=4) where x is 16-byte aligned and every row starts
+    on a vector; an offset view, rows of an odd length or a reverse scan of one takes vw=1."""
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    import pyopencl.array as cla
+
+    from gpucg.runtime import get_backend
+
+    cl = get_backend("opencl")
+    rng = np.random.default_rng(7)
+    n = gpucg.var("n")
+    for rows, reverse in ((1, False), (3, False), (1, True)):
+        f = _lookback(gpucg.tensor((rows, n), "float32"), axis=1, reverse=reverse)
+        assert [c.config["vw"] for c in f.selection.choices] == [4, 1]
+        for length, start, vector in ((4096, 0, True), (4096, 1, False), (4099, 0, rows == 1 and not reverse)):
+            x = rng.standard_normal((rows, length)).astype(np.float32)
+            flat = np.zeros(x.size + 8, np.float32)
+            flat[start:start + x.size] = x.ravel()
+            xv = cla.to_device(cl.queue, flat)[start:start + x.size].reshape(x.shape)
+            assert f.plan(xv).index == (0 if vector else 1), (rows, reverse, length, start)
+            want = np.flip(np.cumsum(np.flip(x, 1), axis=1), 1) if reverse else np.cumsum(x, axis=1)
+            check(f(xv).get(), want, x, "cumsum")
+
+
+def test_lookback_kernels_on_the_gpu_path():
+    """A GPU (plevels, Oclgrind's device) scans long rows and 1-D inputs with scan_lookback,
+    short rows of many with scan_rows; the multi-pass scan_device is still forceable."""
+    n, m = gpucg.var("n"), gpucg.var("m")
+    sel = gpucg.explain("cumsum", gpucg.tensor((n, m), "float32"), axis=1, target="cuda")
+    names = [c.name for c in sel.candidates]
+    assert names[:2] == ["scan_rows.cuda", "scan_lookback.cuda"] and "scan_device.cuda" in names
+    one = gpucg.explain("cumsum", gpucg.tensor((1 << 24,), "float32"), axis=0, target="cuda")
+    assert one.choices[0].impl.name == "scan_lookback.cuda"
+    assert dict(one.choices[0].config) == {"wg": 256, "items": 8, "vw": 4}

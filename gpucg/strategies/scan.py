@@ -12,6 +12,9 @@ GPU implementations, by plevel:
   scan_device  inner == 1: device-wide reduce-then-scan over tiles (3 passes: 1.5x the
                traffic). Kept forceable: it spins on nothing (a device that may starve a
                running work-group), and it is the look-back's before in benchmarks.
+  scan_cols_lookback inner > 1: single pass by decoupled look-back over chunks of 64 rows of
+               the columns, one column a work-item (1 read, 1 write, and about 28 bytes of
+               status a column's chunk), where the columns are too few for scan_cols.
   scan_cols    columns (outer*inner) >= 32768: one work-item scans one column; reads coalesced
                across the inner dimension, no transpose.
   scan_chunked always: chunks of each column are reduced, the chunk totals scanned, the chunks
@@ -105,18 +108,33 @@ def _device_run(ctx, scan, tile_reduce, scan_partials, tile_apply) -> None:
     tile_apply(x, y, carries, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
 
 
+def _status(ctx, init, count: int):
+    """The look-back's status of ``count`` tiles, cleared: flags (and the tile counter after
+    them) and each tile's aggregate and inclusive prefix as 32-bit words."""
+    flags = ctx.empty((count + 1,), np.uint32)
+    words = ctx.empty((2 * count * max(1, ctx.outputs[0].dtype.itemsize // 4),), np.uint32)
+    init(flags, ctx.size(count), grid=ceil_div(count + 1, INIT_WG), block=INIT_WG)
+    return flags, words
+
+
 def _lookback_run(ctx, init, scan) -> None:
     outer, n, _ = _dims(ctx)
     wg = ctx.config["wg"]
     tiles = ceil_div(n, wg * ctx.config["items"])
     count = outer * tiles
-    if count == 0:
-        return
-    flags = ctx.empty((count + 1,), np.uint32)
-    vals = ctx.empty((2 * count,), ctx.outputs[0].dtype)
-    init(flags, ctx.size(count), grid=ceil_div(count + 1, INIT_WG), block=INIT_WG)
-    scan(ctx.inputs[0], ctx.outputs[0], flags, vals, ctx.size(n), ctx.size(tiles), ctx.size(count),
-         grid=count, block=wg)
+    if count:
+        scan(ctx.inputs[0], ctx.outputs[0], *_status(ctx, init, count), ctx.size(n),
+             ctx.size(tiles), ctx.size(count), grid=count, block=wg)
+
+
+def _cols_lookback_run(ctx, init, scan) -> None:
+    outer, n, inner = _dims(ctx)
+    wg, s = ctx.config["wg"], ctx.size
+    columns, chunks = outer * inner, ceil_div(n, ctx.config["items"])
+    count = chunks * columns
+    if count:
+        scan(ctx.inputs[0], ctx.outputs[0], *_status(ctx, init, count), s(n), s(inner),
+             s(columns), s(chunks), s(count), grid=ceil_div(columns, wg) * chunks, block=wg)
 
 
 def _cols_run(ctx, scan) -> None:
@@ -164,11 +182,15 @@ SCAN_DEVICE = kernel_impl(
     tile_apply=Kernel("scan/scan_tile_apply.j2", doc="pass 3: each tile scanned from its carry"))
 #: work-items of a group of the look-back's status clearing
 INIT_WG = 256
+_INIT = Kernel("scan/lookback_init.j2", derive=lambda p: {"wg": INIT_WG},
+               doc="the tile counter and the tiles' flags set to 0")
 SCAN_LOOKBACK = kernel_impl(
-    "scan_lookback", _lookback_run,
-    init=Kernel("scan/lookback_init.j2", derive=lambda p: {"wg": INIT_WG},
-                doc="the tile counter and the tiles' flags set to 0"),
+    "scan_lookback", _lookback_run, init=_INIT,
     scan=Kernel("scan/scan_lookback.j2", doc="one pass: a tile a work-group, decoupled look-back"))
+SCAN_COLS_LOOKBACK = kernel_impl(
+    "scan_cols_lookback", _cols_lookback_run, init=_INIT,
+    scan=Kernel("scan/scan_cols_lookback.j2",
+                doc="one pass: chunks of columns, a work-item's column looks back on its own"))
 SCAN_COLS = kernel_impl("scan_cols", _cols_run, scan=_COL_SCAN)
 SCAN_CHUNKED = kernel_impl(
     "scan_chunked", _chunked_run, scan=_COL_SCAN,
@@ -208,7 +230,8 @@ def gpu_strategy(combine: str):
         on_cpu = target.on_cpu
         row_major = sympy.Eq(inner, 1)
         # plevels: GPUs prefer work-group scans on rows; CPUs prefer sequential streams
-        p_rows, p_look, p_device, p_cols, p_chunked = (4, 6, 3, 12, 5) if on_cpu else (12, 11, 3, 8, 5)
+        p_rows, p_look, p_device, p_cols, p_cols_look, p_chunked = \
+            (4, 6, 3, 12, 2, 5) if on_cpu else (12, 11, 3, 8, 7, 5)
         s = Strategy(target)
         s.add(SCAN_ROWS, p_rows, condition=sympy.And(row_major, n <= ROWS_MAX),
               space=_TILE_SPACE, fixed=params)
@@ -221,6 +244,9 @@ def gpu_strategy(combine: str):
               space=ConfigSpace({"wg": (8, 16, 32, 64, 128, 256, 512, 1024)},
                                 {"wg": 64 if on_cpu else 256}),
               fixed=params)
+        s.add(SCAN_COLS_LOOKBACK, p_cols_look, condition=sympy.Ne(inner, 1), fixed=params,
+              space=ConfigSpace({"wg": (32, 64, 128, 256), "items": (8, 16, 32, 64)},
+                                {"wg": 64 if on_cpu else 128, "items": 64}))
         s.add(SCAN_CHUNKED, p_chunked, fixed=params,
               space=_cols_space(64 if on_cpu else 256, 4096 if on_cpu else 256))
         return s
