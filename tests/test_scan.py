@@ -242,31 +242,37 @@ def test_type_relation_symbolic_flatten():
 
 # -- the single-pass scan (decoupled look-back) ------------------------------------------------
 
-def _lookback(typ, target="opencl", config=None, **attrs):
+def _lookback(typ, impl="scan_lookback", config=None, op="cumsum", **attrs):
     from conftest import backend_or_skip
 
     backend_or_skip("opencl")
-    return gpucg.compile(attrs.pop("op", "cumsum"), typ, target=target, impl="scan_lookback",
-                         records=False, config=config, **attrs)
+    return gpucg.compile(op, typ, target="opencl", impl=impl, records=False, config=config,
+                         **attrs)
 
 
-@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
-@pytest.mark.parametrize("dtype,out", [("bool", None), ("int32", None), ("int32", "int32"),
-                                       ("uint8", None), ("int64", None), ("float32", None),
-                                       ("float64", None), ("float32", "float64")])
-def test_lookback_every_dtype_reverse_and_exclusive(op, dtype, out):
-    """scan_lookback forced, one symbolic compile a combination: 1-D and row lengths of 0, 1,
-    a tile and a bit, many tiles, with the four exclusive/reverse flags spread over them."""
+#: (op, input dtype, output dtype or None, exclusive, reverse): every dtype, combine and flag
+_LOOKBACK_CALLS = [("cumsum", "bool", None, False, False), ("cumprod", "int32", None, True, True),
+                   ("cumsum", "int32", "int32", True, False), ("cumsum", "uint8", None, False, True),
+                   ("cumprod", "int64", None, False, False), ("cumsum", "float32", None, True, True),
+                   ("cumprod", "float32", None, False, True), ("cumsum", "float64", None, False, False),
+                   ("cumsum", "float32", "float64", True, False)]
+
+
+@pytest.mark.parametrize("impl", ["scan_lookback", "scan_cols_lookback"])
+@pytest.mark.parametrize("op,dtype,out,exclusive,reverse", _LOOKBACK_CALLS)
+def test_lookback_every_dtype_reverse_and_exclusive(impl, op, dtype, out, exclusive, reverse):
+    """The look-back scans forced, one symbolic compile a call: rows (columns) of length 0, 1,
+    a tile and a bit, many tiles."""
     n = gpucg.var("n")
     rng = np.random.default_rng(5)
-    for exclusive, reverse in ((False, False), (True, True), (True, False), (False, True)):
-        f = _lookback(gpucg.tensor((3, n), dtype), op=op, axis=1, dtype=out,
-                      exclusive=exclusive, reverse=reverse)
-        for length in (0, 1, 2053, 9003):
-            x = make((3, length), dtype, op, rng)
-            attrs = get_op(op).make_attrs(axis=1, dtype=out, exclusive=exclusive, reverse=reverse)
-            check(f(x), get_op(op).reference(x, attrs), x, op)
-            assert f.last_impl == "scan_lookback.opencl"
+    rows = impl == "scan_lookback"
+    f = _lookback(gpucg.tensor((3, n) if rows else (2, n, 5), dtype), impl=impl, op=op,
+                  axis=1, dtype=out, exclusive=exclusive, reverse=reverse)
+    for length in (0, 1, 2053, 9003) if rows else (0, 1, 65, 700):
+        x = make((3, length) if rows else (2, length, 5), dtype, op, rng)
+        attrs = get_op(op).make_attrs(axis=1, dtype=out, exclusive=exclusive, reverse=reverse)
+        check(f(x), get_op(op).reference(x, attrs), x, op)
+        assert f.last_impl == f"{impl}.opencl"
 
 
 @pytest.mark.parametrize("index", ["int32", "int64"])
