@@ -78,6 +78,9 @@ class Dialect:
     #: memory (``{ptr}``, ``{value}``): the flags other work-groups spin on
     atomic_load_fmt: str = ""
     atomic_store_fmt: str = ""
+    #: a statement storing a vector of ``{n}`` values (``{values}``, comma-separated) of the
+    #: vector type ``{vt}`` (float4, double2, ...) at ``{ptr}``, aligned to the vector
+    vector_store_fmt: str = ""
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -228,6 +231,13 @@ class Dialect:
         """Atomically store a 32-bit unsigned int in global memory (an expression)."""
         return self.atomic_store_fmt.format(ptr=ptr, value=value)
 
+    def vector_store(self, vt: str, n: int, ptr: str, values) -> str:
+        """Store ``values`` (n C expressions) as one ``vt``-of-n vector at ``ptr`` (global,
+        aligned to the vector): one 16-byte store for float4."""
+        if len(values) != n:
+            raise DTypeError(f"vector store of {n} {vt}s: got {len(values)} values")
+        return self.vector_store_fmt.format(vt=vt, n=n, ptr=ptr, values=", ".join(values))
+
     def atomic_add(self, ptr: str, value: str) -> str:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
         return f"{self.atomic_add_fn}({ptr}, {value})"
@@ -351,6 +361,7 @@ CUDA = Dialect(
     global_fence="__threadfence();",
     atomic_load_fmt="(*(volatile unsigned int*)({ptr}))",
     atomic_store_fmt="atomicExch({ptr}, {value})",
+    vector_store_fmt="*(({vt}{n}*)({ptr})) = make_{vt}{n}({values});",
 )
 
 OPENCL = Dialect(
@@ -391,6 +402,9 @@ OPENCL = Dialect(
     global_fence="mem_fence(CLK_GLOBAL_MEM_FENCE);",
     atomic_load_fmt="atomic_or({ptr}, 0u)",
     atomic_store_fmt="atomic_xchg({ptr}, {value})",
+    # vstoreN, not a store through a vector pointer: Oclgrind's counter takes each element
+    # put into a vector variable for a global store, not the values of a vstoreN call
+    vector_store_fmt="vstore{n}(({vt}{n})({values}), 0, {ptr});",
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

@@ -229,9 +229,12 @@ def gpu_strategy(combine: str):
                       exclusive=attrs.exclusive, reverse=attrs.reverse)
         on_cpu = target.on_cpu
         row_major = sympy.Eq(inner, 1)
-        # plevels: GPUs prefer work-group scans on rows; CPUs prefer sequential streams
+        # plevels: GPUs prefer work-group scans on rows, and the look-back's single pass for
+        # long ones; CPUs prefer sequential streams (on PoCL the look-back's tiles, 256
+        # work-items looping over barriers, spinning on a predecessor, took 2.6 s against
+        # scan_chunked's 0.22 s for 2^24 floats: benchmarks/results/, 2026-11-25)
         p_rows, p_look, p_device, p_cols, p_cols_look, p_chunked = \
-            (4, 6, 3, 12, 2, 5) if on_cpu else (12, 11, 3, 8, 7, 5)
+            (4, 2, 3, 12, 1, 5) if on_cpu else (12, 11, 3, 8, 7, 5)
         s = Strategy(target)
         s.add(SCAN_ROWS, p_rows, condition=sympy.And(row_major, n <= ROWS_MAX),
               space=_TILE_SPACE, fixed=params)
