@@ -71,16 +71,6 @@ class Dialect:
     #: the address-space qualifier of a pointer into local (shared) memory ("" when pointers
     #: are generic, as in CUDA)
     local_ptr: str = ""
-    #: orders a work-item's global stores (loads) before its later ones as other work-groups
-    #: see them: a look-back's value before its flag
-    global_fence: str = ""
-    #: an atomic (or volatile) load and an atomic store of a 32-bit unsigned int in global
-    #: memory (``{ptr}``, ``{value}``): the flags other work-groups spin on
-    atomic_load_fmt: str = ""
-    atomic_store_fmt: str = ""
-    #: a statement storing a vector of ``{n}`` values (``{values}``, comma-separated) of the
-    #: vector type ``{vt}`` (float4, double2, ...) at ``{ptr}``, aligned to the vector
-    vector_store_fmt: str = ""
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -222,22 +212,6 @@ class Dialect:
             return "0x7FFFFFFF"
         return f"(({self.types['int64']})0x7FFFFFFFFFFFFFFF{self.u64_suffix.removeprefix('U')})"
 
-    def atomic_load(self, ptr: str) -> str:
-        """The 32-bit unsigned int at ``ptr`` (global), read past every cache another
-        work-group's store may wait in."""
-        return self.atomic_load_fmt.format(ptr=ptr)
-
-    def atomic_store(self, ptr: str, value: str) -> str:
-        """Atomically store a 32-bit unsigned int in global memory (an expression)."""
-        return self.atomic_store_fmt.format(ptr=ptr, value=value)
-
-    def vector_store(self, vt: str, n: int, ptr: str, values) -> str:
-        """Store ``values`` (n C expressions) as one ``vt``-of-n vector at ``ptr`` (global,
-        aligned to the vector): one 16-byte store for float4."""
-        if len(values) != n:
-            raise DTypeError(f"vector store of {n} {vt}s: got {len(values)} values")
-        return self.vector_store_fmt.format(vt=vt, n=n, ptr=ptr, values=", ".join(values))
-
     def atomic_add(self, ptr: str, value: str) -> str:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
         return f"{self.atomic_add_fn}({ptr}, {value})"
@@ -358,10 +332,6 @@ CUDA = Dialect(
         "    return h;\n}\n"),
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
-    global_fence="__threadfence();",
-    atomic_load_fmt="(*(volatile unsigned int*)({ptr}))",
-    atomic_store_fmt="atomicExch({ptr}, {value})",
-    vector_store_fmt="*(({vt}{n}*)({ptr})) = make_{vt}{n}({values});",
 )
 
 OPENCL = Dialect(
@@ -399,12 +369,6 @@ OPENCL = Dialect(
         "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n"),
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
-    global_fence="mem_fence(CLK_GLOBAL_MEM_FENCE);",
-    atomic_load_fmt="atomic_or({ptr}, 0u)",
-    atomic_store_fmt="atomic_xchg({ptr}, {value})",
-    # vstoreN, not a store through a vector pointer: Oclgrind's counter takes each element
-    # put into a vector variable for a global store, not the values of a vstoreN call
-    vector_store_fmt="vstore{n}(({vt}{n})({values}), 0, {ptr});",
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

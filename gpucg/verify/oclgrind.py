@@ -151,12 +151,6 @@ _ELEM_BYTES = {"Dh": 2, "c": 1, "a": 1, "h": 1, "s": 2, "t": 2, "i": 4, "j": 4, 
 _ATOMIC = re.compile(r"^\s*([\d,]+) - call _Z\d+(?:atomic|atom)_(\w+?)PU3AS1V([ijlm])")
 
 
-def _atomic_bytes(m) -> tuple[int, int]:
-    """(loaded, stored) bytes of an atomic builtin's calls."""
-    nbytes = int(m.group(1).replace(",", "")) * _ELEM_BYTES[m.group(3)]
-    return (0, nbytes) if m.group(2) == "xchg" else (nbytes, nbytes)
-
-
 def _vcall_bytes(m) -> int:
     calls, n = int(m.group(1).replace(",", "")), int(m.group(5) or 1)
     if m.group(3) and n == 3:  # vloada_half3 / vstorea_half3 move four halves
@@ -174,9 +168,9 @@ def parse_counts(text: str) -> list[KernelTraffic]:
             continue
         a = _ATOMIC.match(line)
         if a and out:
-            loaded, stored = _atomic_bytes(a)
-            out[-1].loaded += loaded
-            out[-1].stored += stored
+            nbytes = int(a.group(1).replace(",", "")) * _ELEM_BYTES[a.group(3)]
+            out[-1].loaded += 0 if a.group(2) == "xchg" else nbytes
+            out[-1].stored += nbytes
             continue
         m = _COUNT.match(line)
         v = None if m else _VCALL.match(line)
