@@ -391,4 +391,7 @@ TOPK_PARTITION = host_impl("topk_partition", _host_run)
 host_strategy = only(TOPK_PARTITION)
 
 
-STRATEGIES = {op: {"gpu": gpu_strategy, "cpu": host_strategy} for op in ("topk", "sort", "argsort")}
+from .sort_radix import with_radix_sort  # noqa: E402  (it reads this module's helpers)
+
+STRATEGIES = {op: {"gpu": with_radix_sort(gpu_strategy), "cpu": host_strategy}
+              for op in ("topk", "sort", "argsort")}
