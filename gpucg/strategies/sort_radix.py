@@ -35,9 +35,8 @@ from ..runtime.base import ceil_div
 from ..shape import split_axis
 from ..space import ConfigSpace
 from ..ops.topk import view
-from .topk import _problem, key_params
 
-#: rows at least this long are sorted by the radix sort (shorter: bitonic + merge)
+#: rows at least this long are sorted by the radix sort on a GPU (shorter: bitonic + merge)
 RADIX_SORT_N_MIN = 1 << 15
 #: the look-back status packs a flag and a count below 2^30 in one 32-bit word
 RADIX_SORT_N_MAX = (1 << 30) - 1
@@ -55,8 +54,8 @@ def _pass(from_data: bool, emit: bool, doc: str) -> Kernel:
     return Kernel("sort/radix_pass.j2", {"from_data": from_data, "emit": emit}, doc=doc)
 
 
-def _run(ctx, zero, hist, first, middle, last, only) -> None:
-    p = _problem(ctx)
+def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
+    """Sort problem ``p`` (strategies/topk.py's: rows, n, data, outputs)."""
     if p is None:
         return
     s = ctx.size
@@ -83,8 +82,7 @@ def _run(ctx, zero, hist, first, middle, last, only) -> None:
     last(*a, *out, *sizes, np.int32(digits - 1), grid=tiles, block=WG)
 
 
-SORT_RADIX = kernel_impl(
-    "sort_radix", _run,
+KERNELS = dict(
     zero=Kernel("sort/radix_zero.j2", {"wg": WG}, doc="clear the tickets, digit counts, status"),
     hist=Kernel("sort/radix_hist.j2", {"wg": WG}, _tile,
                 doc="count every digit position of every element of each row"),
@@ -120,16 +118,28 @@ def traffic_bound(rows: int, n: int, key_bytes: int, index_bytes: int, out_index
     return keys, 4 * words
 
 
-def with_radix_sort(strategy):
-    """``strategy`` (topk's GPU strategy) with the radix sort offered for long rows."""
-    def gpu_strategy(attrs, inputs, outputs, target):
-        s = strategy(attrs, inputs, outputs, target)
-        (data,) = inputs
-        v = view(attrs)
-        n = split_axis(data.shape, v.axis)[1]
-        keyp = key_params(data.dtype, v.ascend, v.index_dtype)
-        s.add(SORT_RADIX, 8, fixed=dict(keyp, wg=WG, digits=keyp["kbits"] // 8),
-              space=_space(keyp["kbits"]),
-              condition=sympy.And(n >= RADIX_SORT_N_MIN, n <= RADIX_SORT_N_MAX))
-        return s
-    return gpu_strategy
+def radix_sort(problem, key_params):
+    """The radix sort's declaration, and a wrapper of topk's GPU strategy that offers it for
+    long rows; from strategies/topk.py's ``problem(ctx)`` (the call's rows, outputs, key
+    type) and ``key_params`` (the order key's template parameters), so that this module does
+    not import that one."""
+    def run(ctx, zero, hist, first, middle, last, only):
+        _run(problem(ctx), ctx, zero, hist, first, middle, last, only)
+
+    decl = kernel_impl("sort_radix", run, **KERNELS)
+
+    def with_radix_sort(strategy):
+        def gpu_strategy(attrs, inputs, outputs, target):
+            s = strategy(attrs, inputs, outputs, target)
+            (data,) = inputs
+            v = view(attrs)
+            n = split_axis(data.shape, v.axis)[1]
+            keyp = key_params(data.dtype, v.ascend, v.index_dtype)
+            # above the merge path (plevel 5) on GPUs; below it on a CPU device, where PoCL
+            # ran it 1.2-2.4x slower (emulated warp scans, spinning work-groups on 2 cores)
+            s.add(decl, 4 if target.on_cpu else 8, fixed=dict(keyp, wg=WG, digits=keyp["kbits"] // 8),
+                  space=_space(keyp["kbits"]),
+                  condition=sympy.And(n >= RADIX_SORT_N_MIN, n <= RADIX_SORT_N_MAX))
+            return s
+        return gpu_strategy
+    return decl, with_radix_sort
