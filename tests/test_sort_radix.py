@@ -28,7 +28,7 @@ def data(shape, dtype, rng, ties):
         return make(shape, "float32", rng, ties).astype(ml_dtypes.bfloat16)
     if dtype.startswith("uint"):
         info = np.iinfo(dtype)
-        x = rng.integers(0, 6 if ties else info.max, size=shape, endpoint=True).astype(dtype)
+        x = rng.integers(0, 6 if ties else info.max, size=shape, dtype=dtype, endpoint=True)
         x.reshape(-1)[:2] = [info.max, 0]
         return x
     return make(shape, dtype, rng, ties)
