@@ -227,7 +227,8 @@ def test_symbolic_compile_dispatches_at_run_time(target):
     else:
         assert f.selection.dynamic
         names = [c.impl.name for c in f.selection.choices]
-        assert names == ["topk_radix.opencl", "sort_bitonic.opencl", "sort_merge.opencl"]
+        assert names == ["topk_radix.opencl", "sort_bitonic.opencl", "sort_radix.opencl",
+                         "sort_merge.opencl"]
         assert "if n >= 2048 and (n >= 8192 or m <= 32):" in f.dispatcher_source
         assert "if n < 300:" in f.dispatcher_source  # the k <= n constraint
     rng = np.random.default_rng(2)

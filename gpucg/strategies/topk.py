@@ -32,6 +32,7 @@ from ..ops.topk import kept, stable_order, view
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
 from ..strategy import Strategy, only
+from .sort_radix import radix_sort
 
 GROUP_K_MAX = 128
 RADIX_N_MIN = 8192
@@ -391,4 +392,7 @@ TOPK_PARTITION = host_impl("topk_partition", _host_run)
 host_strategy = only(TOPK_PARTITION)
 
 
-STRATEGIES = {op: {"gpu": gpu_strategy, "cpu": host_strategy} for op in ("topk", "sort", "argsort")}
+SORT_RADIX, with_radix_sort = radix_sort(_problem, key_params)
+
+STRATEGIES = {op: {"gpu": with_radix_sort(gpu_strategy), "cpu": host_strategy}
+              for op in ("topk", "sort", "argsort")}

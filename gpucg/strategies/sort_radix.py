@@ -1,0 +1,148 @@
+"""The onesweep LSD radix sort of sort, argsort and topk (sort_radix), for long rows.
+
+Rows are sorted independently: every tile belongs to one row (per-row passes), so a row's
+tiles look back only at tiles of the same row and a row's digit counts are its own; the row
+id is not part of the digits. Keys are the order keys of topk/_common.j2 (floats by their
+order-preserving bit patterns, every NaN one NaN above +inf, -0.0 as +0.0, signed integers
+with the sign bit flipped, all bits flipped when descending), 8 bits a pass from the lowest;
+the buffers hold the data's own bits, so the values written are the data's (NaN payloads and
+-0.0 kept). Each digit pass is stable and the first takes the elements in index order, so the
+sort is stable: equal keys keep their index order.
+
+Kernels (templates/sort/): ``zero`` clears the work words; ``hist`` counts every digit
+position of every element in one read of the keys; then one pass per digit (``first`` reads
+the data, ``middle`` and ``last`` (key, index) pairs, ``last`` writes values and indices,
+``only`` does both for 8-bit keys). A digit pass tile takes a ticket from an atomic counter,
+so a tile waits only on tiles with lower tickets, which have started: no deadlock whatever
+order the device runs work-groups in (PoCL runs them on threads, Oclgrind one after another).
+
+Traffic, for R rows of n elements, K-byte keys, I-byte indices (the kernel's index type, and
+the output index type in the last pass), D = K digit passes and T-element tiles: at most one
+read and one write of keys and indices per digit pass plus one histogram read of the keys,
+R * n * (K + D * 2 * (K + I)) bytes (the first pass reads no indices), besides the small words
+that :func:`traffic_bound` adds: per tile and pass, the row's 256 digit counts read, 256 status
+words cleared, published twice and read once per predecessor looked at, and 256 histogram
+atomics per chunk of HIST_TILES tiles. Oclgrind counts 798,704 B for the (1, 33000) float16
+sort (tests/resources/topk.json): the keys and indices bound, 726,000 B, plus 10% of small
+words; tests/test_sort_radix.py holds the figure within this bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..implementation import Kernel, kernel_impl
+from ..runtime.base import ceil_div
+from ..shape import split_axis
+from ..space import ConfigSpace
+from ..ops.topk import view
+
+#: rows at least this long are sorted by the radix sort on a GPU (shorter: bitonic + merge)
+RADIX_SORT_N_MIN = 1 << 15
+#: the look-back status packs a flag and a count below 2^30 in one 32-bit word
+RADIX_SORT_N_MAX = (1 << 30) - 1
+#: work-items of every radix sort kernel: one per digit value
+WG = 256
+#: tiles of a digit pass one histogram work-group counts
+HIST_TILES = 8
+
+
+def _tile(p: dict) -> dict:
+    return {"chunk": WG * p["items"] * HIST_TILES}
+
+
+def _pass(from_data: bool, emit: bool, doc: str) -> Kernel:
+    return Kernel("sort/radix_pass.j2", {"from_data": from_data, "emit": emit}, doc=doc)
+
+
+def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
+    """Sort problem ``p`` (strategies/topk.py's: rows, n, data, outputs)."""
+    if p is None:
+        return
+    s = ctx.size
+    digits = p.ukey.itemsize
+    tile = WG * ctx.config["items"]
+    per_row = ceil_div(p.n, tile)
+    tiles = p.rows * per_row
+    chunks = ceil_div(p.n, tile * HIST_TILES)
+    words = WG * (1 + p.rows * digits + digits * tiles)
+    work = ctx.empty((words,), np.uint32)
+    zero(work, grid=words // WG, block=WG)
+    hist(p.data, work, s(p.inner), s(p.n), s(chunks), grid=p.rows * chunks, block=WG)
+    sizes = (work, s(p.inner), s(p.n), s(p.k), s(per_row), s(p.rows))
+    out = (p.values, p.indices)
+    if digits == 1:
+        only(p.data, *out, *sizes, np.int32(0), grid=tiles, block=WG)
+        return
+    a = (ctx.empty((p.rows * p.n,), p.ukey), ctx.empty((p.rows * p.n,), ctx.idx))
+    b = (ctx.empty((p.rows * p.n,), p.ukey), ctx.empty((p.rows * p.n,), ctx.idx))
+    first(p.data, *a, *sizes, np.int32(0), grid=tiles, block=WG)
+    for pass_ in range(1, digits - 1):
+        middle(*a, *b, *sizes, np.int32(pass_), grid=tiles, block=WG)
+        a, b = b, a
+    last(*a, *out, *sizes, np.int32(digits - 1), grid=tiles, block=WG)
+
+
+KERNELS = dict(
+    zero=Kernel("sort/radix_zero.j2", {"wg": WG}, doc="clear the tickets, digit counts, status"),
+    hist=Kernel("sort/radix_hist.j2", {"wg": WG}, _tile,
+                doc="count every digit position of every element of each row"),
+    first=_pass(True, False, "the lowest digit pass: data to (key, index) pairs"),
+    middle=_pass(False, False, "a digit pass: (key, index) pairs to pairs"),
+    last=_pass(False, True, "the highest digit pass: pairs to values and indices"),
+    only=_pass(True, True, "the one digit pass of 8-bit keys: data to values and indices"))
+
+
+def _space(kbits: int) -> ConfigSpace:
+    # local memory: the tile's keys and indices (64-bit at most), 16 counters a work-item
+    return ConfigSpace({"items": (4, 8)}, {"items": 8 if kbits <= 32 else 4},
+                       constraint=lambda c: WG * c["items"] * (kbits // 8 + 8) <= 28 * 1024)
+
+
+def traffic_bound(rows: int, n: int, key_bytes: int, index_bytes: int, out_index_bytes: int,
+                  items: int, lookback: int = 1) -> tuple[int, int]:
+    """(the keys' and indices' bytes, the small words' bytes) a sort moves at most, as the
+    module docstring counts them; ``lookback``: predecessors a tile reads per digit."""
+    digits, tile = key_bytes, WG * items
+    tiles = rows * ceil_div(n, tile)
+    m = rows * n
+    pair, out = key_bytes + index_bytes, key_bytes + out_index_bytes
+    keys = m * key_bytes  # the histogram pass
+    if digits == 1:
+        keys += m * (key_bytes + out)
+    else:  # first: keys in, pairs out; middle: pairs in and out; last: pairs in, outputs out
+        keys += m * (key_bytes + pair) + (digits - 2) * 2 * m * pair + m * (pair + out)
+    words = WG * (1 + rows * digits + digits * tiles)  # cleared
+    words += digits * tiles * WG * (1 + 2 + lookback)  # row counts read, published, looked at
+    words += 2 * digits * WG * rows * ceil_div(n, tile * HIST_TILES)  # histogram atomics
+    words += 2 * digits * tiles  # the tickets
+    return keys, 4 * words
+
+
+def radix_sort(problem, key_params):
+    """The radix sort's declaration, and a wrapper of topk's GPU strategy that offers it for
+    long rows; from strategies/topk.py's ``problem(ctx)`` (the call's rows, outputs, key
+    type) and ``key_params`` (the order key's template parameters), so that this module does
+    not import that one."""
+    def run(ctx, zero, hist, first, middle, last, only):
+        _run(problem(ctx), ctx, zero, hist, first, middle, last, only)
+
+    decl = kernel_impl("sort_radix", run, **KERNELS)
+
+    def with_radix_sort(strategy):
+        def gpu_strategy(attrs, inputs, outputs, target):
+            s = strategy(attrs, inputs, outputs, target)
+            (data,) = inputs
+            v = view(attrs)
+            n = split_axis(data.shape, v.axis)[1]
+            keyp = key_params(data.dtype, v.ascend, v.index_dtype)
+            # above the merge path (plevel 5) on GPUs; below it on a CPU device, where PoCL
+            # ran it 1.2-2.4x slower on rows of 2^16-2^20 (emulated warp scans, spinning
+            # work-groups on 2 loaded cores), though 3.7x faster on one row of 2^24
+            s.add(decl, 4 if target.on_cpu else 8, fixed=dict(keyp, wg=WG, digits=keyp["kbits"] // 8),
+                  space=_space(keyp["kbits"]),
+                  condition=sympy.And(n >= RADIX_SORT_N_MIN, n <= RADIX_SORT_N_MAX))
+            return s
+        return gpu_strategy
+    return decl, with_radix_sort
