@@ -6,7 +6,7 @@ kernel orders elements by (order key, index), which is unique, so all implementa
 same, stable result.
 
 GPU implementations, by plevel:
-  topk_warp     k <= 16 (static) and n >= 2K: as topk_group, the lists in registers, merged by
+  topk_warp     k <= 16 (static), any n: as topk_group, the lists in registers, merged by
                 warp shuffles (gpucg/strategies/topk_select.py).
   topk_group    k <= 128 (static) and n >= 2K (K: k rounded up to a power of two): each
                 work-item keeps its best K in private memory, the work-group merges them in

@@ -2,8 +2,8 @@
 (topk_group) or kept in registers and merged by warp shuffles (topk_warp); and the view of a
 call that every topk/sort/argsort implementation runs on (:func:`problem`).
 
-topk_warp is topk_group without local memory: each work-item keeps its best K (k rounded up to
-a power of two, K <= 16) in registers, inserting by an unrolled network whose every list index
+topk_warp is topk_group without local memory, for k <= 16 and any n: each work-item keeps its best K (k
+rounded up to a power of two) in registers, inserting by an unrolled network whose every list index
 is a constant (ptxas: a 0-byte stack frame, no LDL/STL, where topk_group's run-time indexed list
 lives in local memory), and the lists of a unit of ``lanes`` work-items (a warp on the GPU
 configs) meet by xor shuffles and a bitonic merge in registers: no block barrier on CUDA. A row
@@ -147,8 +147,9 @@ def add_small_k(s, k: int, n, keyp: dict, block: int, on_cpu: bool) -> None:
         s.exclude(TOPK_WARP, 13, f"needs k <= {WARP_K_MAX} (k is {k})")
     else:
         # a CPU core runs a work-item of one list over its own stretch of a row (no merge);
-        # a GPU unit is a warp whose lists meet by shuffles
-        s.add(TOPK_WARP, 13, condition=n >= 2 * kk, fixed=dict(keyp, K=kk),
+        # a GPU unit is a warp whose lists meet by shuffles. Any n >= k: a short row costs a
+        # warp a few shuffles, where a sort would take a work-group and its barriers.
+        s.add(TOPK_WARP, 13, fixed=dict(keyp, K=kk),
               space=ConfigSpace({"wg": (1, 32, 64, 128, 256), "lanes": (1, 2, 4, 8, 16, 32),
                                  "chunk_items": (4, 16, 64, 256, 1024),
                                  "units": (4, 16, 64, 256, 1024, 4096, 16384)},
