@@ -204,3 +204,18 @@ def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl
             core = "/gemm" in key
             sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS") if core else (),
                              none=("LDL", "STL"), what=f"conv2d {impl}/{key} {dtype} {dl} {arch}")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_small_k_topk_keeps_its_lists_in_registers(sass_or_skip, arch):
+    """topk_warp (k <= 16): a 0-byte stack frame, no LDL/STL, no barrier, SHFL merges; on the
+    bench case (4096 x 1024, k=8) and the widest lists (float64 keys, 64-bit indices, k=16)."""
+    for dtype, k, index in (("float32", 8, "auto"), ("float64", 16, "int64")):
+        t = gpucg.tensor((4096, 1024), dtype)
+        got = {r.kernel: r for r in res.resources("topk", t, target=f"cuda -arch={arch}",
+                                                  impl="topk_warp", sass=True, k=k, index=index)}
+        assert set(got) == {"emit"}, got.keys()
+        r = got["emit"]
+        assert r.stack == 0 and r.spill_loads == r.spill_stores == 0, (dtype, arch, r)
+        sass.assert_sass(r.sass, has=("SHFL",), none=("LDL", "STL", "BAR"),
+                         what=f"topk topk_warp {dtype} k={k} {arch}")
