@@ -13,8 +13,10 @@ GPU implementations, by plevel:
                 local memory; rows are split over several work-groups when there are few,
                 and the candidates are merged by the same kernel.
   topk_radix    k > 128, n >= max(2048, 2k) and (n >= 8192 or rows <= 32): radix select, 8 bits a
-                pass over (key, index) with an early stop, several work-groups per row; the k
-                winners are filtered into a buffer and only they are sorted.
+                pass over (key, index), several work-groups per row, every decision on the
+                device; passes 0 and 1 read the data, later ones only the survivors the pass
+                before kept; winners are filtered into a buffer as their bucket is passed over,
+                and only they are sorted. Reads: about twice the data.
   sort_bitonic  n <= one block (4096 pairs; 2048 for 64-bit keys): one work-group sorts a row
                 in local memory.
   sort_merge    always: blocks sorted by bitonic sort, then merge passes (merge by rank).
@@ -105,7 +107,7 @@ def _merge_run(ctx, sort, blocks, merge, merge_emit) -> None:
         _sort_rows(ctx, p, None, p.n, sort, blocks, merge, merge_emit)
 
 
-def _radix_run(ctx, init, hist, scan, collect, cand_sort, cand_blocks, merge, merge_emit) -> None:
+def _radix_run(ctx, init, hist, scan, cand_sort, cand_blocks, merge, merge_emit) -> None:
     p = problem(ctx)
     if p is None:
         return
@@ -114,22 +116,21 @@ def _radix_run(ctx, init, hist, scan, collect, cand_sort, cand_blocks, merge, me
     chunk = wg * ctx.config["chunk_items"]
     chunks = ceil_div(p.n, chunk)
     kbits = np.dtype(p.ukey).itemsize * 8
-    ibits = 64 if ctx.wide else 32
-    st_key = ctx.empty((2 * p.rows,), p.ukey)
-    st_lo = ctx.empty((4 * p.rows,), np.uint64 if ctx.wide else np.uint32)
-    counts = ctx.empty((257 * p.rows,), np.uint32)
-    init(st_key, st_lo, counts, s(p.k), grid=p.rows, block=RADIX_WG)
-    for pass_ in range((kbits + ibits) // 8):
-        if pass_ == kbits // 8:
-            # early stop for the index bits: most rows are decided by the key bits alone
-            if ctx.backend.to_host(st_lo)[3::4].all():
-                break
-        hist(p.data, st_key, st_lo, counts, s(p.inner), s(p.n), s(chunks), np.int32(pass_),
-             grid=p.rows * chunks, block=wg)
-        scan(st_key, st_lo, counts, np.int32(pass_), grid=p.rows, block=RADIX_WG)
+    passes = (kbits + (64 if ctx.wide else 32)) // 8
+    cap = ceil_div(p.n, RADIX_KEEP)
+    st_key = ctx.empty((4 * p.rows,), p.ukey)
+    st_lo = ctx.empty((8 * p.rows,), np.uint64 if ctx.wide else np.uint32)
+    counts = ctx.empty((RADIX_HS * p.rows,), np.uint32)
+    survivors = (ctx.empty((2 * p.rows * cap,), p.ukey), ctx.empty((2 * p.rows * cap,), ctx.idx))
     cand = (ctx.empty((p.rows * p.k,), p.ukey), ctx.empty((p.rows * p.k,), ctx.idx))
-    collect(p.data, st_key, st_lo, counts, *cand, s(p.inner), s(p.n), s(p.k), s(chunks),
-            grid=p.rows * chunks, block=wg)
+    init(st_key, st_lo, counts, s(p.k), grid=p.rows, block=RADIX_WG)
+    # every pass launches: a row decided early (most are, by the key bits) skips the rest on
+    # the device, so nothing is read back; the pass after the last collects the last winners
+    for pass_ in range(passes + 1):
+        hist(p.data, st_key, st_lo, counts, *survivors, *cand, s(p.inner), s(p.n), s(p.k),
+             s(chunks), s(cap), np.int32(pass_), grid=p.rows * chunks, block=wg)
+        if pass_ < passes:
+            scan(st_key, st_lo, counts, np.int32(pass_), grid=p.rows, block=RADIX_WG)
     _sort_rows(ctx, p, cand, p.k, cand_sort, cand_blocks, merge, merge_emit)
 
 
@@ -137,6 +138,11 @@ def _radix_run(ctx, init, hist, scan, collect, cand_sort, cand_blocks, merge, me
 
 #: the radix select's per-row kernels run one work-group of 256, one work-item per digit
 RADIX_WG = 256
+#: words of counts a row: 256 digits, the candidates' fill, the two survivor buffers' fills
+RADIX_HS = 260
+#: a survivor buffer holds n / RADIX_KEEP pairs a row; a pass whose survivors do not fit reads
+#: the data again (the first byte of float keys is skewed: over 1/256 of a row may share it)
+RADIX_KEEP = 16
 
 
 def _bitonic(from_pairs: bool, emit: bool, doc: str) -> Kernel:
@@ -166,11 +172,9 @@ TOPK_RADIX = kernel_impl(
     "topk_radix", _radix_run,
     init=Kernel("topk/radix_init.j2", {"wg": RADIX_WG}, doc="start every row's search"),
     hist=Kernel("topk/radix_hist.j2", derive=_chunk,
-                doc="count the next 8-bit digit of the elements still in the bucket"),
+                doc="one pass over a row's survivors: winners out, the next digit counted"),
     scan=Kernel("topk/radix_scan.j2", {"wg": RADIX_WG},
                 doc="find the digit whose bucket holds the k-th element"),
-    collect=Kernel("topk/radix_collect.j2", derive=_chunk,
-                   doc="copy the k chosen elements of each row into its candidate buffer"),
     cand_sort=_bitonic(True, True, "sort the k candidates of a row in one block"),
     cand_blocks=_bitonic(True, False, "sort one block of the candidates of a row"),
     **_MERGE_KERNELS)
