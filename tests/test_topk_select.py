@@ -100,3 +100,19 @@ def test_selection_and_the_limit():
     sel = gpucg.explain("topk", t, k=17, target="cuda")
     assert sel.choices[0].impl.name == "topk_group.cuda"
     assert "needs k <= 16 (k is 17)" in str(sel)
+
+
+def test_radix_survivor_buffers_and_their_overflow():
+    """topk_radix reads the survivors a pass kept (n/16 pairs a row) or, where they did not
+    fit, the data again: random rows (they fit), a constant row and a row of three values (every
+    pass overflows: the index bits decide), float16 keys, both directions."""
+    backend_or_skip("opencl")
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((4, 9000)).astype(np.float16)
+    x[1] = 1.5
+    x[2] = rng.integers(-1, 2, 9000)
+    x[3, ::7] = np.nan
+    for asc in (False, True):
+        f = gpucg.compile("topk", gpucg.tensor(x.shape, "float16"), k=300, is_ascend=asc,
+                          target="opencl -device=gpu", impl="topk_radix")
+        same(f(x), reference("topk", x, k=300, is_ascend=asc))
