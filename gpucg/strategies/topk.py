@@ -138,8 +138,9 @@ def _radix_run(ctx, init, hist, scan, cand_sort, cand_blocks, merge, merge_emit)
 
 #: the radix select's per-row kernels run one work-group of 256, one work-item per digit
 RADIX_WG = 256
-#: words of counts a row: 256 digits, the candidates' fill, the two survivor buffers' fills
-RADIX_HS = 260
+#: words of counts a row: 256 digits, the candidates' fill, the two survivor buffers' fills,
+#: the survivors of the next two passes
+RADIX_HS = 262
 #: a survivor buffer holds n / RADIX_KEEP pairs a row; a pass whose survivors do not fit reads
 #: the data again (the first byte of float keys is skewed: over 1/256 of a row may share it)
 RADIX_KEEP = 16
