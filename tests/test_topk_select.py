@@ -116,3 +116,19 @@ def test_radix_survivor_buffers_and_their_overflow():
         f = gpucg.compile("topk", gpucg.tensor(x.shape, "float16"), k=300, is_ascend=asc,
                           target="opencl -device=gpu", impl="topk_radix")
         same(f(x), reference("topk", x, k=300, is_ascend=asc))
+
+
+def test_small_k_traffic_is_the_compulsory_bytes():
+    """The checked-in Oclgrind figures of the small cases topk_warp takes (test_oclgrind's
+    sweep holds the live traffic to them): at most 1.1x the compulsory bytes; the values come
+    from their keys, so the winners are not read twice."""
+    from pathlib import Path
+
+    from gpucg.verify.baseline import load
+
+    figures = load(Path(__file__).parent / "resources" / "topk.json")["traffic"]
+    small_k = {key: f for key, f in figures.items() if key.endswith("topk_warp.opencl")}
+    assert len(small_k) >= 2, sorted(figures)
+    for key, f in small_k.items():
+        assert f["ratio"] <= 1.1, (key, f)
+        assert f["loaded"] + f["stored"] <= 1.1 * f["compulsory"], (key, f)
