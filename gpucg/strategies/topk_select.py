@@ -126,18 +126,19 @@ def _warp(from_pairs: bool, emit: bool, doc: str) -> Kernel:
     return Kernel("topk/warp.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc)
 
 
-TOPK_GROUP = kernel_impl(
-    "topk_group", _group_run,
-    emit=_select(False, True, "private best-K lists merged in local memory; writes the top k"),
-    split=_select(False, False, "the best K of one segment of a row, as candidate pairs"),
-    emit_pairs=_select(True, True, "the top k of the candidates of each row"),
-    split_pairs=_select(True, False, "the best K of one segment of the candidates"))
-TOPK_WARP = kernel_impl(
-    "topk_warp", _warp_run,
-    emit=_warp(False, True, "best-K lists in registers merged by warp shuffles; writes the top k"),
-    split=_warp(False, False, "the best K of one segment of a row, as candidate pairs"),
-    emit_pairs=_warp(True, True, "the top k of the candidates of each row"),
-    split_pairs=_warp(True, False, "the best K of one segment of the candidates"))
+def _rounds_kernels(make, emit_doc: str) -> dict:
+    """The four kernels of a selection by rounds (_rounds): from the data or from candidate
+    pairs, writing the top k or the best K of a segment."""
+    return dict(emit=make(False, True, emit_doc),
+                split=make(False, False, "the best K of one segment of a row, as candidate pairs"),
+                emit_pairs=make(True, True, "the top k of the candidates of each row"),
+                split_pairs=make(True, False, "the best K of one segment of the candidates"))
+
+
+TOPK_GROUP = kernel_impl("topk_group", _group_run, **_rounds_kernels(
+    _select, "private best-K lists merged in local memory; writes the top k"))
+TOPK_WARP = kernel_impl("topk_warp", _warp_run, **_rounds_kernels(
+    _warp, "best-K lists in registers merged by warp shuffles; writes the top k"))
 
 
 def add_small_k(s, k: int, n, keyp: dict, block: int, on_cpu: bool) -> None:
