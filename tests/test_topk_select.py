@@ -132,3 +132,20 @@ def test_small_k_traffic_is_the_compulsory_bytes():
     for key, f in small_k.items():
         assert f["ratio"] <= 1.1, (key, f)
         assert f["loaded"] + f["stored"] <= 1.1 * f["compulsory"], (key, f)
+
+
+def test_split_kernels_launch_what_they_declare(nvrtc_or_skip):
+    """The CUDA launch stand-in (test_cuda_launch runs the operator's cases, whose rows need
+    no split) on a row split over warps: split, split_pairs and emit_pairs, both index widths."""
+    from gpucg.runtime import use_backend
+    from gpucg.runtime.cuda_backend import CudaBackend
+    from gpucg.verify.cupy_standin import StandInCupy
+
+    cupy = StandInCupy("sm_90")
+    t = gpucg.tensor((1, 1 << 20), "float32")
+    with use_backend("cuda", CudaBackend(cupy=cupy)):
+        for index in ("int32", "int64"):
+            f = gpucg.compile("topk", t, k=10, target="cuda", impl="topk_warp", index=index)
+            f(cupy.empty(t.shape, t.dtype))
+    entries = {ln.source.split("kernel ", 1)[1].split(":", 1)[0] for ln in cupy.launches}
+    assert entries == {"split", "split_pairs", "emit_pairs"}, entries
