@@ -219,3 +219,15 @@ def test_small_k_topk_keeps_its_lists_in_registers(sass_or_skip, arch):
         assert r.stack == 0 and r.spill_loads == r.spill_stores == 0, (dtype, arch, r)
         sass.assert_sass(r.sass, has=("SHFL",), none=("LDL", "STL", "BAR"),
                          what=f"topk topk_warp {dtype} k={k} {arch}")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_radix_select_reads_128_bits_and_scans_by_shuffles(sass_or_skip, arch):
+    """topk_radix (k=1000 of 2^24): its pass kernel reads the data 128 bits at a time
+    (LDG.128, taken for aligned contiguous rows), its digit scan is a block scan on SHFL with
+    3 barriers at most; no local memory."""
+    got = mixes("topk", gpucg.tensor((1, 1 << 24), "float32"), impl="topk_radix", arch=arch,
+                k=1000)
+    sass.assert_sass(got["hist"], has=("LDG.128",), none=("LDL", "STL"), what=f"radix hist {arch}")
+    sass.assert_sass(got["scan"], has=("SHFL",), none=("LDL", "STL"), what=f"radix scan {arch}")
+    assert got["scan"]["BAR"] <= 3, got["scan"]["BAR"]

@@ -31,6 +31,7 @@ from ..half import widen
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.topk import kept, stable_order, view
+from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
 from ..strategy import Strategy, only
@@ -123,12 +124,14 @@ def _radix_run(ctx, init, hist, scan, cand_sort, cand_blocks, merge, merge_emit)
     counts = ctx.empty((RADIX_HS * p.rows,), np.uint32)
     survivors = (ctx.empty((2 * p.rows * cap,), p.ukey), ctx.empty((2 * p.rows * cap,), ctx.idx))
     cand = (ctx.empty((p.rows * p.k,), p.ukey), ctx.empty((p.rows * p.k,), ctx.idx))
+    # the data's passes read 128 bits at a time where rows are contiguous and 16-byte aligned
+    vec = p.inner == 1 and alignment_of(p.data) % 16 == 0 and (p.rows == 1 or p.n * kbits % 128 == 0)
     init(st_key, st_lo, counts, s(p.k), grid=p.rows, block=RADIX_WG)
     # every pass launches: a row decided early (most are, by the key bits) skips the rest on
     # the device, so nothing is read back; the pass after the last collects the last winners
     for pass_ in range(passes + 1):
         hist(p.data, st_key, st_lo, counts, *survivors, *cand, s(p.inner), s(p.n), s(p.k),
-             s(chunks), s(cap), np.int32(pass_), grid=p.rows * chunks, block=wg)
+             s(chunks), s(cap), np.int32(pass_), np.int32(vec), grid=p.rows * chunks, block=wg)
         if pass_ < passes:
             scan(st_key, st_lo, counts, np.int32(pass_), grid=p.rows, block=RADIX_WG)
     _sort_rows(ctx, p, cand, p.k, cand_sort, cand_blocks, merge, merge_emit)
