@@ -5,32 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from . import compiled as api, shape
+from .cli_args import file_name, parse_input
 from .errors import GpucgError, InputError
 from .samples import sample_inputs
-
-
-def parse_input(text: str):
-    """``n,1024:float32`` -> tensor type (names become gpucg.var symbols)."""
-    dims, sep, dtype = text.rpartition(":")
-    if not sep:
-        raise InputError(f"--input {text!r} must look like DIMS:DTYPE, e.g. n,1024:float32")
-    out = []
-    for part in dims.split(",") if dims.strip() else []:
-        part = part.strip()
-        if re.fullmatch(r"\d+", part):
-            out.append(int(part))
-        elif part.isidentifier():
-            out.append(shape.var(part))
-        else:
-            raise InputError(f"--input {text!r}: dimension {part!r} must be an int or a name")
-    return shape.tensor(tuple(out), dtype)
 
 
 def parse_attr(text: str) -> tuple[str, object]:
@@ -51,12 +34,6 @@ def _compile(args) -> api.CompiledOp:
     types = [parse_input(t) for t in args.input]
     attrs = dict(parse_attr(a) for a in args.attr)
     return api.compile(args.op, *types, target=args.target, **attrs)
-
-
-def file_name(key: str, ext: str) -> str:
-    """A file name for a kernel key such as ``scan_rows.cuda/scan@i64``."""
-    base = key.replace("/", "__").replace("@", ".")
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", base) + ext
 
 
 def cmd_targets(args) -> int:
@@ -378,8 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("rest", nargs=argparse.REMAINDER)
     sp.set_defaults(fn=cmd_bench)
     from .autotune.cli import add_verbs  # tune, records
-
+    from .onnx.cli import add_verbs as onnx_verbs  # onnx explain, run, dump
     add_verbs(sub, op_args, parse_input, parse_attr)
+    onnx_verbs(sub)
     return p
 
 

@@ -14,6 +14,8 @@ from .half import is_float
 
 #: float tolerance, relative to the largest finite magnitude of the reference (at least 1)
 TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9}
+#: the same where float32 products may round their operands to TF32 (allow_tf32: 10 mantissa bits)
+TF32_TOLERANCE = dict(TOLERANCE, float32=2e-3)
 
 
 def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | None = None,

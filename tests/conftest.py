@@ -192,17 +192,15 @@ def _claim(claims: Path | None, src: str, arch: str) -> bool:
 
 def _nvrtc_pass(config) -> list:
     """Compile every CUDA source this process rendered for sm_80 and sm_90, unless a test here
-    compiled it already or another xdist worker claimed it; the failures."""
+    compiled it already or another xdist worker claimed it; the failures. Sources go to NVRTC
+    in batches (nvrtc.check_sources), which names each failing source with its own log."""
     claims = _claims_dir(config)
     failures = []
-    for src, entry in _CUDA_SOURCES.items():
-        for arch in _ARCHS:
-            if not _claim(claims, src, arch) or (src, arch) in _COMPILED:
-                continue
-            try:
-                nvrtc.compile_to_ptx(src, arch)
-            except gpucg.CompileError as exc:
-                failures.append(f"{entry} ({arch}): {exc.log.splitlines()[0] if exc.log else exc}")
+    for arch in _ARCHS:
+        todo = [(src, entry) for src, entry in _CUDA_SOURCES.items()
+                if (src, arch) not in _COMPILED and _claim(claims, src, arch)]
+        for i, exc in nvrtc.check_sources([src for src, _ in todo], arch):
+            failures.append(f"{todo[i][1]} ({arch}): {exc.log.splitlines()[0] if exc.log else exc}")
     return failures
 
 

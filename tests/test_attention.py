@@ -6,6 +6,8 @@ broadcast, soft-capping, both layouts, every fast-path head dim, fully masked ro
 log-sum-exp, the prefill/decode dispatch and bad input."""
 
 import functools
+import re
+
 import numpy as np
 import pytest
 
@@ -279,6 +281,9 @@ def test_cli_explain_shows_prefill_and_decode(capsys):
     out = capsys.readouterr().out
     assert "attention_split.cuda" in out and "attention_simt.cuda" in out
     assert "(skv >= 1024) & (sq <= 16)" in out and "fallback" in out
+    # prefill on tensor cores (flash_mma, the fallback of the run-time dispatch), decode split
+    assert re.search(r"attention_split\.cuda +plevel +20 +dispatch 1", out), out
+    assert re.search(r"flash_mma\.cuda +plevel +15 +dispatch 2 .*fallback", out), out
 
 
 def torch_grads(q, k, v, do, *, causal=False, mask=None, softcap=None, layout="BHSD"):

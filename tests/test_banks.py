@@ -96,7 +96,7 @@ CASES = [
      {"padding": (1, 1), "strides": (2, 2), "data_layout": "NHWC", "kernel_layout": "HWIO"},
      False, True),
     ("conv2d winograd 3x3 64x56x56", "conv2d", [(1, 64, 56, 56), (64, 64, 3, 3)],
-     {"padding": (1, 1)}, True, False),
+     {"padding": (1, 1), "impl": "winograd_4x4"}, True, False),  # the unfused product
 ]
 
 
@@ -155,3 +155,16 @@ def test_tensor_core_conv2d_is_conflict_free(dtype, dl, kl, attrs, impl):
         assert {r.name for r in rs} >= {"cp.async A", "cp.async B", "ldmatrix A", "ldmatrix B"}
         for r in rs:
             assert r.wavefronts == r.ideal == 4, (dtype, dl, r)
+
+
+@pytest.mark.parametrize("impl", ["winograd_fused_4x4", "winograd_fused_2x2"])
+def test_fused_winograd_is_conflict_free(impl):
+    """The fused Winograd kernel's own requests (strategies/conv2d_fused.py), through
+    kernel_reports as `gpucg resources --banks` shows them: every one at its ideal."""
+    t = gpucg.tensor
+    f = gpucg.compile("conv2d", t((1, 64, 56, 56)), t((64, 64, 3, 3)), target="cuda",
+                      impl=impl, padding=1)
+    (name, kernel, rs), = banks.kernel_reports(f)
+    assert (name, kernel) == (impl + ".cuda", "fused")
+    assert {r.name for r in rs} >= {"x region store", "patch read", "U fragment read"}
+    assert all(r.conflict_free for r in rs), [r.line() for r in rs]

@@ -89,8 +89,9 @@ def _room(module: str) -> str:
 def test_the_folders_form_layers():
     """Seen a folder at a time (a package is one room), the imports still form no circle, so
     every room stands above what it imports: records/ and space.py under selection, the tuner
-    in autotune/ above the operators, the GPU-free checks in verify/ above the backends, and
-    only the command line and the benchmarks above the package's face (``import gpucg``)."""
+    in autotune/ above the operators, the GPU-free checks in verify/ above the backends, the
+    ONNX front end in onnx/ a tool on the library that only the command line and the
+    benchmarks import, and only those two above the package's face (``import gpucg``)."""
     rooms: dict[str, set[str]] = {}
     for mod, names in import_graph().items():
         for n in names:
@@ -110,6 +111,8 @@ def test_the_folders_form_layers():
 
     for m in sorted(rooms):
         below(m, [])
+    tools = {m for m, ns in rooms.items() if "gpucg.onnx" in ns}
+    assert tools <= {"gpucg.cli", "gpucg.benchmarks"}, tools
     for low in ("gpucg.space", "gpucg.records", "gpucg.runtime"):
         assert not rooms.get(low, set()) & {"gpucg.autotune", "gpucg.verify", "gpucg.compiled",
                                             "gpucg.strategies", "gpucg.ops"}, low

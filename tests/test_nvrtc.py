@@ -49,6 +49,7 @@ def topk_sources():
 
 #: conv2d's tensor-core implementations (float16 here; float32 with allow_tf32)
 MMA_IMPLS = ("direct_mma", "winograd_mma")
+FUSED = ("winograd_fused_4x4", "winograd_fused_2x2")
 
 
 def conv2d_sources():
@@ -64,7 +65,7 @@ def conv2d_sources():
         attrs = dict(padding=1, data_layout=dl, kernel_layout=kl, out_dtype=out,
                      activation="relu" if fused else None, target="cuda -arch=sm_90")
         wshape = (32, 16, 3, 3) if kl == "OIHW" else (3, 3, 16, 32)
-        for impl in ("winograd_4x4", "winograd_2x2", "direct") + MMA_IMPLS * (dtype != "float32"):
+        for impl in ("winograd_4x4", "winograd_2x2", "direct") + FUSED + MMA_IMPLS * (dtype != "float32"):
             yield from gpucg.compile("conv2d", data, gpucg.tensor(wshape, dtype), *extra, impl=impl,
                                      **attrs).sources.items()
         if dtype == "float32":  # the tensor-core kernels with TF32
@@ -81,17 +82,28 @@ def conv2d_sources():
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_all_generated_cuda_compiles(nvrtc_or_skip, arch):
-    count = 0
     sources = list(scan_sources()) + list(elementwise_sources()) + list(topk_sources()) + \
         list(conv2d_sources())
     assert any(key.startswith("topk_radix.cuda/") for key, _ in sources)
-    for impl in ("winograd_4x4", "winograd_2x2", "direct", "depthwise") + MMA_IMPLS:
+    for impl in ("winograd_4x4", "winograd_2x2", "direct", "depthwise") + FUSED + MMA_IMPLS:
         assert any(key.startswith(f"{impl}.cuda/") for key, _ in sources), impl
-    for key, src in sources:
-        ptx = nvrtc.compile_to_ptx(src, arch)
-        assert ".entry" in ptx, key
-        count += 1
-    assert count > 20
+    failures = nvrtc.check_sources([src for _, src in sources], arch)
+    assert not failures, [(sources[i][0], exc.log) for i, exc in failures[:3]]
+    assert len(sources) > 20
+
+
+def test_batched_checks_name_each_failing_source(nvrtc_or_skip):
+    # two configs of one kernel share an entry name; a batch compiles them as one unit, and a
+    # broken source among them is still named alone, with its own log
+    f = gpucg.compile("relu", gpucg.tensor((n, m), "float32"), target="cuda")
+    good = list(f.sources.values())
+    g = gpucg.compile("relu", gpucg.tensor((n, m), "float64"), target="cuda")
+    good += list(g.sources.values())
+    broken = good[0].replace("{", "{ undeclared_gpucg_name = 1;", 2)
+    assert nvrtc.check_sources(good + good, "sm_80") == []
+    failures = nvrtc.check_sources(good + [broken] + good, "sm_80")
+    assert [i for i, _ in failures] == [len(good)]
+    assert "undeclared_gpucg_name" in failures[0][1].log
 
 
 def test_nvrtc_reports_errors_with_the_log(nvrtc_or_skip):

@@ -194,13 +194,17 @@ def test_row_length_decides_at_run_time():
     m, n = gpucg.var("m"), gpucg.var("n")
     rows = gpucg.explain("sum", gpucg.tensor((m, n), "float32"), axis=1, target="cuda")
     assert rows.dynamic
-    assert [c.impl.name for c in rows.choices] == ["reduce_warp.cuda", "reduce_split.cuda",
-                                                   "reduce_group.cuda"]
-    assert str(rows.choices[0].condition) == "n <= 512"
+    # each row kernel twice: its 128-bit config where the row and address are aligned, else vw=1
+    assert [(c.impl.name, c.config["vw"]) for c in rows.choices] == [
+        ("reduce_warp.cuda", 4), ("reduce_warp.cuda", 1), ("reduce_split.cuda", 4),
+        ("reduce_split.cuda", 1), ("reduce_group.cuda", 4), ("reduce_group.cuda", 1)]
+    assert str(rows.choices[1].condition) == "n <= 512"
+    assert str(rows.choices[0].condition) == "(_align0 >= 16) & (n <= 512) & Eq(Mod(n, 4), 0)"
     cols = gpucg.explain("sum", gpucg.tensor((m, n), "float32"), axis=0, target="cuda")
     assert cols.choices[-1].impl.name == "reduce_cols.cuda"
     fixed = gpucg.explain("argmax", gpucg.tensor((4096, 32000), "float32"), axis=1, target="cuda")
-    assert fixed.choices[0].impl.name == "reduce_group.cuda" and not fixed.dynamic
+    # fixed sizes: only the address's alignment is left to the run (the 128-bit config or vw=1)
+    assert [c.impl.name for c in fixed.choices] == ["reduce_group.cuda"] * 2
     f = gpucg.compile("max", gpucg.tensor((m, n), "float32"), axis=1, target="numpy")
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     assert f(x).tolist() == [3, 7, 11]

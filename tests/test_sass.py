@@ -231,3 +231,69 @@ def test_radix_select_reads_128_bits_and_scans_by_shuffles(sass_or_skip, arch):
     sass.assert_sass(got["hist"], has=("LDG.128",), none=("LDL", "STL"), what=f"radix hist {arch}")
     sass.assert_sass(got["scan"], has=("SHFL",), none=("LDL", "STL"), what=f"radix scan {arch}")
     assert got["scan"]["BAR"] <= 3, got["scan"]["BAR"]
+
+
+#: attention's tensor-core forward (flash_mma) as selected on CUDA for prefill: (dtype, D, attrs)
+FLASH = [("float16", 64, {"causal": True}), ("float16", 128, {}),
+         ("bfloat16", 80, {"layout": "BSHD"}), ("float32", 128, {"allow_tf32": True})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype,d,attrs", FLASH, ids=lambda v: str(v))
+def test_flash_attention_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, d, attrs):
+    """flash_mma's default config: mma (HMMA), ldmatrix (LDSM), cp.async (LDGSTS), the quad
+    shuffles (SHFL), and no local memory (no spills)."""
+    if dtype == "bfloat16":
+        pytest.importorskip("ml_dtypes")
+    shape = (8, 512, 32, d) if attrs.get("layout") == "BSHD" else (8, 32, 512, d)
+    kv = (8, 512, 8, d) if attrs.get("layout") == "BSHD" else (8, 8, 512, d)
+    types = (gpucg.tensor(shape, dtype),) + (gpucg.tensor(kv, dtype),) * 2
+    sel = gpucg.explain("attention", *types, target=f"cuda -arch={arch}", records=False, **attrs)
+    assert sel.choices[0].impl.name == "flash_mma.cuda", sel
+    f = gpucg.compile("attention", *types, target=f"cuda -arch={arch}", impl="flash_mma",
+                      **attrs)
+    for key, src in f.sources.items():
+        entry = re.search(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)', src)
+        mix = sass.kernel_mix(src, entry.group(1), arch)
+        sass.assert_sass(mix, has=("HMMA", "LDSM", "LDGSTS", "SHFL"), none=("LDL", "STL"),
+                         what=f"attention flash_mma/{key} {dtype} D={d} {arch}")
+
+
+def test_resources_cli_shows_flash_attention_mix(sass_or_skip, capsys):
+    from gpucg import cli
+
+    assert cli.main(["resources", "attention", "--input", "4,32,512,128:float16", "--input",
+                     "4,8,512,128:float16", "--input", "4,8,512,128:float16", "--arch",
+                     "sm_90", "--impl", "flash_mma", "--sass"]) == 0
+    out = capsys.readouterr().out
+    row = [ln for ln in out.splitlines() if ln.startswith("flash_mma.cuda") and "main" in ln]
+    assert len(row) == 2 and "HMMA" in out and "LDGSTS" in out, out
+    header = next(ln for ln in out.splitlines() if "HMMA" in ln).split()
+    mix = dict(zip(header[2:], row[1].split()[2:]))
+    assert int(mix["HMMA"]) > 0 and int(mix["LDSM"]) > 0 and int(mix["LDGSTS"]) > 0
+    assert mix["LDL"] == mix["STL"] == "0"
+
+
+#: the 128-bit kernels (issue 19 item 3) by their default GPU configs: op, shapes, attrs, impl,
+#: whether it stores 128 bits (a reduction stores one value a row) and shuffles
+_VECTOR = [("add", [(1 << 20,), (1 << 20,)], {}, "ew_contiguous", True, False),
+           ("multiply", [(4096, 1024), (1024,)], {}, "ew_strided", True, False),
+           ("sum", [(4096, 4096)], {"axis": 1}, "reduce_group", False, True),
+           ("max", [(4096, 256)], {"axis": 1}, "reduce_warp", False, True),
+           ("softmax", [(4096, 4096)], {}, "norm_group", True, True),
+           ("log_softmax", [(4096, 128)], {}, "norm_warp", True, True),
+           ("layer_norm", [(4096, 1024), (1024,), (1024,)], {}, "norm_group", True, True),
+           ("rms_norm", [(4096, 128), (128,)], {}, "norm_warp", True, True)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,shapes,attrs,impl,stores,shuffles", _VECTOR,
+                         ids=[f"{v[0]}-{v[3]}" for v in _VECTOR])
+def test_memory_bound_kernels_move_128_bits(sass_or_skip, arch, op, shapes, attrs, impl, stores,
+                                            shuffles):
+    """LDG.E.128 (and STG.E.128 where the kernel stores rows) in the elementwise, reduce and
+    norm kernels' vector configs, SHFL in the reduce and norm ones, no local memory."""
+    got = mixes(op, *[gpucg.tensor(s, "float32") for s in shapes], impl=impl, arch=arch, **attrs)
+    for kernel, mix in got.items():
+        has = ("LDG.128",) + (("STG.128",) if stores else ()) + (("SHFL",) if shuffles else ())
+        sass.assert_sass(mix, has=has, none=("LDL", "STL"), what=f"{op} {impl}/{kernel} {arch}")

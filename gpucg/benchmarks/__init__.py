@@ -7,7 +7,7 @@ import importlib
 #: benchmark name -> module under gpucg.benchmarks with a ``main(argv) -> int``
 BENCHMARKS = {"conv2d": "conv2d", "dense": "dense", "scan": "scan", "topk": "topk",
               "tune": "tune", "reduce": "reduce", "softmax": "softmax",
-              "attention": "attention"}
+              "attention": "attention", "models": "models"}
 
 
 def run_benchmark(op: str, argv) -> int:

@@ -78,7 +78,7 @@ def _torch_conv(stride, pad, groups):
     return run
 
 
-def _ours(x, w, attrs, want, repeat, targets, guard_wino):
+def _ours(x, w, attrs, want, repeat, targets, guard_wino, forced=()):
     rows = []
     for target in targets:
         if not backend_status(target)[0]:
@@ -87,6 +87,10 @@ def _ours(x, w, attrs, want, repeat, targets, guard_wino):
         impls = [None]
         if target != "numpy" and guard_wino:
             impls.append("direct")  # the direct kernel beside Winograd on the 3x3 layers
+        if target != "numpy" and forced:
+            sel = gpucg.explain("conv2d", *types, target=target, **attrs)
+            able = {c.name.rsplit(".", 1)[0] for c in sel.candidates if c.verdict != "excluded"}
+            impls = [None] + [i for i in forced if i in able]
         for impl in impls:
             f = gpucg.compile("conv2d", *types, target=target, impl=impl, **attrs)
             be = get_backend(target)
@@ -101,7 +105,11 @@ def _ours(x, w, attrs, want, repeat, targets, guard_wino):
 def main(argv=()) -> int:
     p = parser("conv2d", "batch 1 and a quarter of the channels")
     p.add_argument("--cases", default="", help="comma-separated substrings: run matching cases only")
+    p.add_argument("--impls", default="",
+                   help="comma-separated implementations to force beside the selected one on "
+                        "the device targets, where they apply (default: direct on 3x3 layers)")
     args = p.parse_args(list(argv))
+    forced = tuple(i.strip() for i in args.impls.split(",") if i.strip())
     cases = CASES
     if args.cases:
         keys = [k.strip() for k in args.cases.split(",") if k.strip()]
@@ -124,7 +132,7 @@ def main(argv=()) -> int:
         peers = _peers(x, wt, stride, pad, groups, args.repeat)
         guard = k == 3 and stride == 1 and groups == 1
         ours = []
-        for label, t, err in _ours(x, wt, attrs, want, args.repeat, targets, guard):
+        for label, t, err in _ours(x, wt, attrs, want, args.repeat, targets, guard, forced):
             good = err < 1e-3
             ok = ok and good
             ours.append((label, t, f"max rel err {err:.1e}" + ("" if good else " TOO LARGE"),

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from ..errors import DTypeError
 from ..half import HALF_DTYPES
+from . import half_fns as _half
+from . import vector as _vec
 from .shuffle import SHFL_WORDS
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
@@ -71,13 +73,17 @@ class Dialect:
     #: the address-space qualifier of a pointer into local (shared) memory ("" when pointers
     #: are generic, as in CUDA)
     local_ptr: str = ""
+    #: 16-byte vector types (gpucg/codegen/vector.py)
+    vector: object = None
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
-    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
+    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
         """The helper functions of the warp operations a kernel uses: mma kinds, ldmatrix
-        (num, trans) variants and cp.async sizes (True: all of them)."""
-        return self.warp.helpers(mma, ldmatrix, cp_async)
+        (num, trans) variants and cp.async sizes (True: all of them); ``pack``: the format
+        (float16, bfloat16) :meth:`pack2` packs, if any (with :meth:`half_helpers` storing
+        it)."""
+        return self.warp.helpers(mma, ldmatrix, cp_async, self.half_format(pack) == "float16")
 
     def launch_bounds(self, threads: int, blocks: int) -> str:
         """A kernel qualifier asking for ``blocks`` resident blocks of ``threads`` (CUDA's
@@ -153,6 +159,21 @@ class Dialect:
                     f"(({u})gpucg_f2bf({b}) << 16);")
         return self.warp.store2(ptr, index, a, b, fmt == "float16")
 
+    def pack2(self, a: str, b: str, half) -> str:
+        """Floats a, b rounded to the 16-bit format ``half`` (nearest even) in one 32-bit
+        register, a in the low half: an m16n8k16 fragment register made from accumulators."""
+        fmt = self.half_format(half)
+        if fmt == "bfloat16":
+            u = self.utype(32)
+            return f"(({u})gpucg_f2bf({a}) | (({u})gpucg_f2bf({b}) << 16))"
+        if fmt != "float16":
+            raise DTypeError(f"pack2 packs float16 or bfloat16, not {half!r}")
+        return self.warp.pack_f16.format(a=a, b=b)
+
+    def float_bits(self, x: str) -> str:
+        """The bits of the float ``x`` as a 32-bit register (a tf32 fragment register)."""
+        return self.warp.float_bits.format(x=x)
+
     def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
         """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""
         return self.warp.ldmatrix(regs, num, trans, smem, off)
@@ -167,6 +188,17 @@ class Dialect:
     def cp_async_wait(self, n: int) -> str:
         """Wait until at most n committed groups are pending (then a barrier publishes them)."""
         return self.warp.wait(n)
+
+    # 128-bit global accesses (gpucg/codegen/vector.py): addresses 16-byte aligned
+
+    def vlanes(self, dtype: str) -> int:
+        return _vec.lanes(dtype)
+
+    def vload(self, dst: str, ptr: str, index: str, dtype: str, count: int) -> str:
+        return _vec.vload(self, dst, ptr, index, dtype, count)
+
+    def vstore(self, ptr: str, index: str, values, dtype: str) -> str:
+        return _vec.vstore(self, ptr, index, values, dtype)
 
     @property
     def unroll(self) -> str:
@@ -308,30 +340,15 @@ CUDA = Dialect(
     half_storage="unsigned short",
     half_load="gpucg_h2f({ptr}[{index}])",
     half_store="{ptr}[{index}] = gpucg_f2h({value});",
-    half_load_fn=(
-        "/* float16 bits to float: one PTX cvt (no cuda_fp16.h) */\n"
-        "__device__ __forceinline__ float gpucg_h2f(unsigned short h)\n{\n"
-        "    float f;\n"
-        "    asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h));\n"
-        "    return f;\n}\n"),
-    half_store_fn=(
-        "/* float to float16 bits, rounded to nearest even: one PTX cvt */\n"
-        "__device__ __forceinline__ unsigned short gpucg_f2h(float f)\n{\n"
-        "    unsigned short h;\n"
-        "    asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
-        "    return h;\n}\n"),
+    half_load_fn=_half.CUDA_H2F,
+    half_store_fn=_half.CUDA_F2H,
     bf16_storage="unsigned short",
     bf16_load="__uint_as_float((unsigned int){ptr}[{index}] << 16)",
     bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
-    bf16_store_fn=(
-        "/* float to bfloat16 bits, rounded to nearest even (NaN stays NaN): one PTX cvt\n"
-        "   (sm_80 and later) */\n"
-        "__device__ __forceinline__ unsigned short gpucg_f2bf(float f)\n{\n"
-        "    unsigned short h;\n"
-        "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f));\n"
-        "    return h;\n}\n"),
+    bf16_store_fn=_half.CUDA_F2BF,
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
+    vector=_vec.CUDA_VECTORS,
 )
 
 OPENCL = Dialect(
@@ -360,15 +377,10 @@ OPENCL = Dialect(
     bf16_storage="ushort",
     bf16_load="as_float((uint){ptr}[{index}] << 16)",
     bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
-    bf16_store_fn=(
-        "/* float to bfloat16 bits, rounded to nearest even; a NaN becomes the quiet NaN of its\n"
-        "   sign (adding the rounding bias could carry it into infinity) */\n"
-        "static inline ushort gpucg_f2bf(float f)\n{\n"
-        "    const uint u = as_uint(f);\n"
-        "    if ((u & 0x7FFFFFFFU) > 0x7F800000U) return (ushort)(((u >> 16) & 0x8000U) | 0x7FC0U);\n"
-        "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n"),
+    bf16_store_fn=_half.OPENCL_F2BF,
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
+    vector=_vec.OPENCL_VECTORS,
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

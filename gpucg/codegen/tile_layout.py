@@ -60,6 +60,16 @@ class TileLayout:
         return f"{self.rows}x{self.cols}+{self.pad}{swz}"
 
 
+def phase_wavefronts(words: list[int]) -> int:
+    """Wavefronts of one phase touching these 4-byte word indices (duplicates broadcast):
+    the bank model's count (gpucg.verify.banks), here so that strategies may choose layouts
+    with it."""
+    per_bank: dict[int, set] = {}
+    for w in words:
+        per_bank.setdefault(w % BANKS, set()).add(w)
+    return max((len(s) for s in per_bank.values()), default=0)
+
+
 def _operand(x) -> str:
     """x as an operand of a C operator: a name or number as it is, an expression in parentheses."""
     x = str(x)

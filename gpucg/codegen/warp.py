@@ -127,8 +127,11 @@ class CudaWarp(CudaShuffles):
     """The PTX instructions as inline asm (shuffles: gpucg/codegen/shuffle.py)."""
 
     unroll: str = "#pragma unroll"
+    #: two floats as a register of two float16 bits (the store helper's); a float's bits
+    pack_f16: str = "((unsigned)gpucg_f2h({a}) | ((unsigned)gpucg_f2h({b}) << 16))"
+    float_bits: str = "__float_as_uint({x})"
 
-    def helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
+    def helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
         variants, sizes = _variants(ldmatrix), _sizes(cp_async)
         parts = [_CUDA_SMEM_ADDR] if variants or sizes else []
         parts += [_cuda_mma(_kind(k)) for k in mma]
@@ -296,16 +299,26 @@ def _opencl_ldmatrix(num: int, trans: bool) -> str:
                                    body=_LDM_TRANS if trans else _LDM_PLAIN)
 
 
+_OPENCL_PACK_F16 = """\
+/* two floats as float16 bits (rounded to nearest even) in one register, a in the low half */
+static inline uint gpucg_pack_f16(float a, float b)
+{ ushort2 h; vstore_half2_rte((float2)(a, b), 0, (half*)&h); return as_uint(h); }
+"""
+
+
 @dataclass(frozen=True)
 class OpenCLWarp(OpenCLShuffles):
     """The emulation: warps of 32 consecutive work-items, registers exchanged through local
     scratch (``gpucg_ws``: this warp's :data:`SCRATCH_WORDS` words; ``gpucg_lane``)."""
 
     unroll: str = ""
+    pack_f16: str = "gpucg_pack_f16({a}, {b})"
+    float_bits: str = "as_uint({x})"
 
-    def helpers(self, mma=(), ldmatrix=False, cp_async=False) -> str:
+    def helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
         _sizes(cp_async)  # copies need no helper here
-        parts = [_opencl_mma(_kind(k)) for k in mma]
+        parts = [_OPENCL_PACK_F16] if pack else []
+        parts += [_opencl_mma(_kind(k)) for k in mma]
         parts += [_opencl_ldmatrix(n, t) for n, t in _variants(ldmatrix)]
         return "\n".join(parts)
 

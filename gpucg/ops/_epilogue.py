@@ -114,7 +114,10 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
             scaled = scaled * y.dtype.type(attrs.beta)
     if scaled is not None and attrs.residual_position == "before":
         y += scaled
-    y = activate(y, attrs.activation)
+    if attrs.activation == "relu" and y.flags.writeable:  # in place: the same np.maximum
+        np.maximum(y, y.dtype.type(0), out=y)
+    else:
+        y = activate(y, attrs.activation)
     if scaled is not None and attrs.residual_position == "after":
         y += scaled
     return y

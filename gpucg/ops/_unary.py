@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from ..codegen.literals import literal, max_finite
-from ._erf import erf, erfc
+from ._erf import erf, half_erfc_times
 
 _SQRT_HALF = 1 / math.sqrt(2)
 _TANH_2U = 2 * math.sqrt(2 / math.pi)  # 2u = _TANH_2U * (x + 0.044715 x^3)
@@ -60,7 +60,7 @@ def _finite_below(x):
 def _gelu_np(x, attrs):
     if attrs.get("approximate", "none") == "tanh":
         return _finite_below(x) / (1 + np.exp(x.dtype.type(-_TANH_2U) * (x + x.dtype.type(0.044715) * x * x * x)))
-    return _finite_below(x) * (0.5 * erfc(x * -_SQRT_HALF))
+    return half_erfc_times(x * -_SQRT_HALF, _finite_below(x))
 
 
 def _gelu_c(x, lit, attrs):

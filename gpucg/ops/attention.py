@@ -23,9 +23,11 @@ import sympy
 
 from ..eager import call
 from ..errors import AttrError, DTypeError, InputError, describe, require_bool
-from ..op import Case, Constraint, KernelInfo, OpPattern, register_gradient, register_op
+from ..op import (Case, Constraint, KernelInfo, OpPattern, added_attr, register_gradient,
+                  register_op)
 from ..shape import TensorType, var
 from ._attention_grad import attention_gradient
+from .dense import tf32_attr
 
 DTYPES = ("float16", "bfloat16", "float32")
 MASK_DTYPES = ("bool",) + DTYPES
@@ -48,15 +50,18 @@ def _opt_float(name: str, value, positive: bool):
 @dataclass(frozen=True)
 class AttentionAttrs:
     """causal (bottom-right aligned), scale (None: 1/sqrt(D)), layout ("BHSD" or "BSHD"),
-    softcap (None or > 0) and return_lse (also return the row log-sum-exp)."""
+    softcap (None or > 0), return_lse (also return the row log-sum-exp) and allow_tf32
+    (float32 products on TF32 tensor cores; None: the GPUCG_ALLOW_TF32 knob, off unless set)."""
 
     causal: bool = False
     scale: float | None = None
     layout: str = "BHSD"
     softcap: float | None = None
     return_lse: bool = False
+    allow_tf32: bool | None = added_attr(None, before=False)
 
     def __post_init__(self):
+        object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
         object.__setattr__(self, "causal", require_bool("causal", self.causal))
         object.__setattr__(self, "return_lse", require_bool("return_lse", self.return_lse))
         object.__setattr__(self, "scale", _opt_float("scale", self.scale, False))
@@ -189,7 +194,9 @@ def _cases():
             c((1, 2, 3, 32), (1, 1, 1024, 32), "float32", "small", "split-KV decode, causal",
               causal=True, return_lse=True),
             c((1, 2, 19, 80), (1, 2, 19, 80), "float16", "small", "mask and softcap",
-              mask=((1, 1, 19, 19), "bool"), softcap=20.0)]
+              mask=((1, 1, 19, 19), "bool"), softcap=20.0),
+            c((1, 2, 5, 32), (1, 1, 21, 32), "float32", "small", "TF32 allowed, GQA",
+              mask=((21,), "float32"), allow_tf32=True)]
 
 
 register_op("attention", attrs=AttentionAttrs, num_inputs=4, optional_inputs=1,
@@ -206,7 +213,7 @@ register_op("attention", attrs=AttentionAttrs, num_inputs=4, optional_inputs=1,
 
 
 def attention(q, k, v, *, causal=False, mask=None, scale=None, layout="BHSD", softcap=None,
-              return_lse=False, target=None):
+              return_lse=False, target=None, allow_tf32=None):
     """Scaled dot-product attention, fused: softmax(q k^T * scale [+ mask]) v.
 
     Args:
@@ -220,12 +227,15 @@ def attention(q, k, v, *, causal=False, mask=None, scale=None, layout="BHSD", so
         softcap: None, or s -> softcap * tanh(s / softcap) on the scaled scores.
         return_lse: also return the float32 (B, Hq, Sq) log-sum-exp of the scores.
         target: "cuda", "opencl", "numpy" or None for the default target.
+        allow_tf32: float32 scores and products may round their operands to TF32 on tensor
+            cores (None: the GPUCG_ALLOW_TF32 knob, off by default); else exact float32.
 
     Rows that see no key give zeros (and a log-sum-exp of -inf).
     """
     inputs = (q, k, v) if mask is None else (q, k, v, mask)
     return call("attention", inputs, target=target, causal=causal, scale=scale, layout=layout,
-                softcap=softcap, return_lse=return_lse)
+                softcap=softcap, return_lse=return_lse,
+                **({} if allow_tf32 is None else {"allow_tf32": allow_tf32}))
 
 
 # -- the gradient, written with registered operators (gpucg/ops/_attention_grad.py) -------------

@@ -143,7 +143,9 @@ def _cases(op: str, params: tuple):
                 c((3, 257), "float32", "small", "just over a work-group"),
                 c((5, 33), "float16", "small", "float16 storage"),
                 c((2, 40009), "float64", "small", "long rows, split"),
-                c((7, 3, 5), "float32", "small", "a non-last axis", axis=1)]
+                c((7, 3, 5), "float32", "small", "a non-last axis", axis=1),
+                c((16, 128), "float32", "small", "rows of whole 128-bit vectors (a warp)"),
+                c((3, 1024), "float32", "small", "rows of whole 128-bit vectors")]
     return cases
 
 

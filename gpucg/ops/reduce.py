@@ -157,6 +157,8 @@ def _cases(op: str):
         if not arg:
             small.append(Case((t((6, 5, 7), "float32"),), {"axis": (0, 2)}, "small",
                               "two separate runs of axes"))
+        small.append(Case((t((6, 96), "float16"),), {"axis": 1}, "small",
+                          "rows of whole 128-bit vectors"))
         return bench + small
     return cases
 

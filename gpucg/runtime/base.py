@@ -37,6 +37,16 @@ def split_chunks(n: int, groups: int, per_group: int, want: int) -> tuple[int, i
     return chunk, (ceil_div(n, chunk) if chunk else 1)
 
 
+def vector_chunks(n: int, groups: int, per_group: int, want: int, vw: int) -> tuple[int, int]:
+    """split_chunks with each chunk a multiple of ``vw`` elements (so that chunks of an aligned
+    row start aligned for vw-element loads)."""
+    chunk, chunks = split_chunks(n, groups, per_group, want)
+    if vw == 1 or chunks == 1:
+        return chunk, chunks
+    chunk = ceil_div(chunk, vw) * vw
+    return chunk, ceil_div(n, chunk)
+
+
 class Program(ABC):
     """A compiled kernel entry point."""
 

@@ -6,6 +6,8 @@ generated dispatcher, so one compiled attention serves prefill and decode):
                    across work-groups (flash-decoding), each writing a normalized partial output
                    and its log-sum-exp, and a second kernel combines them by their
                    log-sum-exps; the number of splits fills the GPU's multiprocessors twice.
+  flash_mma        (CUDA, float16/bfloat16, float32 with allow_tf32) tensor cores, plevel 15
+                   (strategies/attention_mma.py); on OpenCL its emulated twin at plevel 1.
   attention_simt   any sizes: one work-group a tile of query rows, keys and values streamed
                    through local memory, an online softmax in registers, causal tiles above the
                    diagonal never loaded.
@@ -27,6 +29,8 @@ from ..ops.attention import dims, softmax_scale
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..strategy import Strategy
+from . import attention_mma
+from .attention_args import common_args
 from .gemm_tile import sm_count
 
 #: queries at most, keys at least, for which split-KV decoding is chosen
@@ -48,34 +52,8 @@ class AttnInfo:
     sms: int
 
 
-def _sizes(ctx):
-    q, k = ctx.inputs[0], ctx.inputs[1]
-    b, hq, sq, _ = (int(x) for x in dims(q, ctx.info.layout))
-    _, hkv, skv, _ = (int(x) for x in dims(k, ctx.info.layout))
-    return b, hq, hkv, sq, skv
-
-
-def mask_strides(shape, full) -> tuple:
-    """Element strides of a contiguous mask of ``shape`` read as (B, Hq, Sq, Skv) ``full``:
-    0 along broadcast dimensions."""
-    shape = (1,) * (4 - len(shape)) + tuple(int(s) for s in shape)
-    strides, step = [], 1
-    for s, f in zip(reversed(shape), reversed(full)):
-        strides.append(step if s == f and s != 1 else 0)
-        step *= s
-    return tuple(reversed(strides))
-
-
-def _common(ctx):
-    b, hq, hkv, sq, skv = _sizes(ctx)
-    arrays = tuple(ctx.inputs[:3]) + ((ctx.inputs[3],) if ctx.info.has_mask else ())
-    strides = (mask_strides(ctx.inputs[3].shape, (b, hq, sq, skv))
-               if ctx.info.has_mask else ())
-    return (b, hq, hkv, sq, skv), arrays, tuple(ctx.size(s) for s in strides)
-
-
 def _simt_run(ctx, main):
-    (b, hq, hkv, sq, skv), arrays, mstr = _common(ctx)
+    (b, hq, hkv, sq, skv), arrays, mstr = common_args(ctx)
     if b * hq * sq == 0:
         return
     s, wg = ctx.size, ctx.config["wg"]
@@ -93,7 +71,7 @@ def splits_for(work: int, skv: int, bk: int, sms: int) -> tuple[int, int]:
 
 
 def _split_run(ctx, part, combine):
-    (b, hq, hkv, sq, skv), arrays, mstr = _common(ctx)
+    (b, hq, hkv, sq, skv), arrays, mstr = common_args(ctx)
     if b * hq * sq == 0:
         return
     s, wg, d = ctx.size, ctx.config["wg"], int(ctx.inputs[0].shape[3])
@@ -165,6 +143,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     s.add(ATTENTION_SPLIT, 20, condition=sympy.And(sympy.Le(sq, DECODE_SQ_MAX),
                                                    sympy.Ge(skv, DECODE_SKV_MIN)),
           space=space, fixed=params, info=info)
+    attention_mma.offer(s, q.dtype, attrs.allow_tf32, d, params, info, target)
     s.add(ATTENTION_SIMT, 10, space=space, fixed=params, info=info)
     return s
 
@@ -215,10 +194,14 @@ def numpy_attention(q, k, v, mask, attrs):
             seen = mt > -np.inf
             mt_safe = np.where(seen, mt, 0).astype(np.float32)
             with np.errstate(invalid="ignore", over="ignore"):
-                corr = np.where(seen, np.exp(m - mt_safe), 1).astype(np.float32)
-                p = np.exp(s - mt_safe)
-            l = l * corr + p.sum(axis=-1, keepdims=True)  # noqa: E741
-            acc = acc * corr + p @ vf[:, :, :, k0:k1]
+                s -= mt_safe
+                p = np.exp(s, out=s)
+                if k0:  # the first key block starts from nothing: no correction
+                    corr = np.where(seen, np.exp(m - mt_safe), 1).astype(np.float32)
+                    l = l * corr + p.sum(axis=-1, keepdims=True)  # noqa: E741
+                    acc = acc * corr + p @ vf[:, :, :, k0:k1]
+                else:
+                    l, acc = p.sum(axis=-1, keepdims=True), p @ vf[:, :, :, k0:k1]  # noqa: E741
             m = mt
         with np.errstate(invalid="ignore", divide="ignore"):
             ob = np.where(l > 0, acc / np.where(l > 0, l, 1), 0)

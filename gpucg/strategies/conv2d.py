@@ -5,12 +5,18 @@ GPU implementations, by plevel:
                     bfloat16, float32 with allow_tf32; on OpenCL its twin at plevel 1
   winograd_mma  16  (CUDA) F(2x2, 3x3) with its products on tensor cores (float16, TF32; the
                     Winograd requirements; OpenCL twin at plevel 1)
-  winograd_4x4  15  needs a 3x3 kernel, stride 1, dilation 1, groups 1 (else excluded, with
-                    that reason); condition OH >= 14 and OW >= 14 (F(4x4, 3x3): 36 multiplies
-                    for 16 outputs, worth its larger tiles and transforms once the output holds
-                    a few tiles per axis)
-  winograd_2x2  14  the same requirements (F(2x2, 3x3): 16 multiplies for 4 outputs)
+  winograd_fused_4x4  15  needs a 3x3 kernel, stride 1, dilation 1, groups 1 (else excluded,
+                    with that reason); condition OH >= 14 and OW >= 14 (F(4x4, 3x3): 36
+                    multiplies for 16 outputs, worth its larger tiles and transforms once the
+                    output holds a few tiles per axis). One kernel: the transformed tiles stay
+                    in local memory and registers (strategies/conv2d_fused.py)
+  winograd_fused_2x2  14  the same requirements (F(2x2, 3x3): 16 multiplies for 4 outputs)
   depthwise     13  needs groups == C > 1 (so O = C * multiplier)
+  winograd_4x4  12  the unfused F(4x4): transforms and products through global memory (its
+                    transformed tiles cost 6-18x the compulsory traffic); forced with impl=.
+                    On a CPU device the unfused kernels take 15 and 14, the fused 12 and 11
+                    (the unfused are faster on PoCL)
+  winograd_2x2  11  the unfused F(2x2), the same
   direct        10  always: implicit GEMM with local-memory tiles and register blocking
 The NumPy target has one implementation, im2col + matmul per group (vectorized). The Winograd
 implementations serve conv2d_winograd_without_weight_transform too (strategies/conv2d_winograd.py).
@@ -35,7 +41,7 @@ from ..ops.conv2d_winograd import transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
-from . import conv2d_mma
+from . import conv2d_fused, conv2d_mma
 from .conv2d_call import ConvCall
 from .gemm_tile import PLAIN, fill_device, gemm_space, sm_count, vector_needs, work_group
 
@@ -77,14 +83,26 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
     win = np.lib.stride_tricks.sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1),
                                                    axis=(2, 3))
     win = win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]  # (n, c, oh, ow, kh, kw)
-    # im2col as (g, i*kh*kw, n*oh*ow): the copy runs along output rows (5x faster than the
-    # transposed order), then one (o/g x K) @ (K x n*oh*ow) matmul per group
-    cols = win.reshape(n, g, i, oh, ow, kh, kw).transpose(1, 2, 5, 6, 0, 3, 4)
-    cols = cols.reshape(g, i * kh * kw, n * oh * ow)
     wm = w.reshape(g, o // g, i * kh * kw)
-    y = np.matmul(wm, cols)  # (g, o/g, n*oh*ow)
-    y = y.reshape(o, n, oh, ow).transpose(1, 0, 2, 3)
+    y = np.empty((n, o, oh, ow), acc)
+    # a few images at a time: their columns stay below IM2COL_BYTES, so the buffers come
+    # from the heap again instead of fresh pages (whose first touch cost more than the copy)
+    step = max(1, min(n, IM2COL_BYTES // max(1, acc.itemsize * i * kh * kw * oh * ow)))
+    for n0 in range(0, n, step):
+        nb = min(step, n - n0)
+        # im2col as (g, i*kh*kw, nb*oh*ow): the copy runs along output rows (5x faster than
+        # the transposed order), then one (o/g x K) @ (K x nb*oh*ow) matmul per group
+        cols = win[n0:n0 + nb].reshape(nb, g, i, oh, ow, kh, kw).transpose(1, 2, 5, 6, 0, 3, 4)
+        cols = cols.reshape(g, i * kh * kw, nb * oh * ow)
+        if nb == 1 and g == 1:  # straight into the output, a 2-D GEMM
+            np.matmul(wm[0], cols[0], out=y[n0].reshape(o, oh * ow))
+        else:
+            y[n0:n0 + nb] = np.matmul(wm, cols).reshape(o, nb, oh, ow).transpose(1, 0, 2, 3)
     return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs), attrs.data_layout)
+
+
+#: the most bytes of im2col columns made at once (see numpy_conv2d)
+IM2COL_BYTES = 8 << 20
 
 
 def _im2col_run(ctx):
@@ -234,14 +252,23 @@ def gpu_strategy(attrs, inputs, outputs, target):
     if winograd_applies(attrs, geo):
         big_out = sympy.And(sympy.sympify(geo.oh) >= WINOGRAD_4X4_MIN_OUT,
                             sympy.sympify(geo.ow) >= WINOGRAD_4X4_MIN_OUT)
+        # on a CPU the unfused kernels stay first: their GEMM tile beats the fused kernel's
+        # alpha^2 sums a pair there (PoCL, batch 8, 64 -> 64 channels, 56x56: 208-224 ms
+        # against 381 for F(4x4), 288 against 424 for F(2x2); benchmarks/results/)
+        (f4, f2), (u4, u2) = ((12, 11), (15, 14)) if on_cpu else ((15, 14), (12, 11))
+        for m, plevel in ((4, f4), (2, f2)):
+            s.add(conv2d_fused.FUSED[m, False], plevel, condition=big_out if m == 4 else None,
+                  space=conv2d_fused.space(m, common["nchw"]), info=info,
+                  fixed=winograd_params(common, m, on_cpu))
         space = gemm_space(geo.o, on_cpu, loads=False)
-        s.add(WINOGRAD[4, True], 15, condition=big_out, space=space, info=info,
+        s.add(WINOGRAD[4, True], u4, condition=big_out, space=space, info=info,
               fixed=winograd_params(common, 4, on_cpu))
-        s.add(WINOGRAD[2, True], 14, space=space, info=info,
+        s.add(WINOGRAD[2, True], u2, space=space, info=info,
               fixed=winograd_params(common, 2, on_cpu))
     else:
-        s.exclude(WINOGRAD[4, True], 15, WINOGRAD_NEEDS)
-        s.exclude(WINOGRAD[2, True], 14, WINOGRAD_NEEDS)
+        for decl, plevel in ((conv2d_fused.FUSED[4, False], 15), (conv2d_fused.FUSED[2, False], 14),
+                             (WINOGRAD[4, True], 12), (WINOGRAD[2, True], 11)):
+            s.exclude(decl, plevel, WINOGRAD_NEEDS)
     if attrs.groups == geo.c and geo.c > 1:
         # the depthwise kernel's vector width is its knob, not the tile's fixed PLAIN one
         s.add(DEPTHWISE, 13, info=info, fixed={k: v for k, v in common.items() if k != "vw"},

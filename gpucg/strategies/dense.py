@@ -18,6 +18,7 @@ The NumPy target runs np.matmul (BLAS) with the epilogue in NumPy.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,13 +160,26 @@ GEMM_SPLITK = reads_strides(kernel_impl(
                   doc="the slices added, the epilogue, the store")))
 
 
+def _rows_matmul(x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+    """x (..., k) @ wt (k, n) as one 2-D BLAS call: the leading dimensions folded into the rows
+    where x's strides allow it without a copy (np.matmul on a 3-D x runs one GEMM per leading
+    index instead: 1.5-10x slower on a BERT layer's (8, 128, 768) inputs)."""
+    if x.ndim > 2:
+        try:
+            rows = x.reshape((math.prod(x.shape[:-1]), x.shape[-1]), copy=False)
+        except ValueError:  # the leading strides do not fold: one GEMM per leading index
+            return np.asarray(np.matmul(x, wt))
+        return np.matmul(rows, wt).reshape(*x.shape[:-1], wt.shape[1])
+    return np.asarray(np.matmul(x, wt))
+
+
 def _host_run(ctx):
     a, b, *extra = ctx.inputs
     acc = np.float64 if a.dtype == np.float64 else np.float32
     x, w = a.astype(acc, copy=False), b.astype(acc, copy=False)
     attrs = ctx.attrs
-    if ctx.info.op == "dense":  # np.matmul takes the leading dimensions as they are
-        y = np.asarray(np.matmul(x, w.T))
+    if ctx.info.op == "dense":
+        y = _rows_matmul(x, w.T)
         y = _epilogue.apply(y, extra[0] if extra else None, extra[1] if extra[1:] else None,
                             attrs)
         return y.astype(attrs.out_dtype or a.dtype, copy=False)

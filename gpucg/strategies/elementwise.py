@@ -15,14 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import sympy
 
 from ..space import ConfigSpace
 from ..codegen import Code, dialect_for
+from ..codegen.vector import WORD, itemsize
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..op import get_op
 from ..ops import _ewspec as spec, _expr, _layout as layout
 from ..ops.elementwise import expression
 from ..runtime.base import ceil_div
+from ..shape import alignment
 from ..strategy import Strategy, only
 from .view import with_view
 
@@ -72,7 +75,7 @@ def _ew_run(ctx, main) -> None:
     n = int(np.prod(y.shape, dtype=np.int64))
     sizes, args = geometry(ctx.info, [x.shape for x in ctx.inputs], tuple(y.shape))
     s, wg, items = ctx.size, ctx.config["wg"], ctx.config["items"]
-    chunk = wg * items
+    chunk = wg * items * ctx.config["vw"]
     grid = ceil_div(n, chunk)
     extra = []
     if ctx.info.access and any(a[0] != "same" for a in ctx.info.access):
@@ -108,12 +111,46 @@ def _merge(types, out_shape) -> tuple:
     return tuple(g for g, _ in runs)
 
 
-def _space(on_cpu: bool, strided: bool) -> ConfigSpace:
+def _space(on_cpu: bool, strided: bool, vw: int) -> ConfigSpace:
     # PoCL (measured on a loaded 2-core machine, 4M float32): contiguous 256 x 1 ran at about
-    # memory speed; the strided kernel liked smaller groups with a few elements each
-    default = ({"wg": 64, "items": 4} if strided else {"wg": 256, "items": 1}) if on_cpu \
-        else {"wg": 256, "items": 4}
-    return ConfigSpace({"wg": (64, 128, 256, 512), "items": (1, 2, 4, 8, 16)}, default)
+    # memory speed; the strided kernel liked smaller groups with a few elements each. GPUs move
+    # 128 bits an access (vw elements; 1 where an input is transposed or flipped)
+    default = ({"wg": 64, "items": 4, "vw": 1} if strided else
+               {"wg": 256, "items": 1, "vw": 1}) if on_cpu \
+        else {"wg": 256, "items": 4 if vw == 1 else 2, "vw": vw}
+    return ConfigSpace({"wg": (64, 128, 256, 512), "items": (1, 2, 4, 8, 16),
+                        "vw": tuple(sorted({1, vw}))}, default)
+
+
+def _vector(dtypes, access, groups, inputs, out):
+    """(vw, needs, step): the elements a 128-bit access of the narrowest dtype holds (wider
+    dtypes move vw elements in several accesses), what the vw > 1 config needs of the call
+    (every input read by vectors 16-byte aligned; with broadcasting, rows a multiple of vw so
+    that each row starts aligned; vw = 1 where an input is transposed or flipped), and each
+    input's step along the innermost merged dimension (1: neighbouring elements, 0: broadcast
+    along it, read once a row)."""
+    last = groups[-1][-1] if groups else None
+    step = []
+    for t, a in zip(inputs, access):
+        lead = out.ndim - t.ndim
+        step.append(1 if a[0] == "same" or (last is not None and last >= lead
+                                              and t.shape[last - lead] != 1) else 0)
+    if any(a[0] in ("perm", "flip") for a in access):
+        return 1, None, tuple(step)
+    vw = max(WORD // itemsize(dt) for dt in dtypes)
+    row = sympy.Integer(1)
+    for a in (groups[-1] if groups else ()):
+        row *= out.shape[a]
+    vec = [k for k, a in enumerate(access) if a[0] == "same" or step[k] == 1]
+
+    def needs(config):
+        if config["vw"] == 1:
+            return None
+        need = [alignment(k) >= WORD for k in vec]
+        if groups:
+            need.append(sympy.Eq(sympy.Mod(row, config["vw"]), 0))
+        return sympy.And(*need), {"vw": 1}
+    return vw, needs, tuple(step)
 
 
 def _access(op: str, attrs, inputs, out) -> tuple:
@@ -145,16 +182,19 @@ def ew_gpu(op: str):
             groups = tuple((a,) for a in range(out.ndim))
         dtypes = [t.dtype for t in inputs] + [out.dtype] + [lt for n in _nodes(typed)
                                                             for lt in n.loop]
+        vw, needs, step = _vector([t.dtype for t in inputs] + [out.dtype], access, groups,
+                                  inputs, out)
         params = dict(in_dtypes=tuple(t.dtype for t in inputs), out_dtype=(out.dtype,),
                       acc_dtype="float64" if "float64" in dtypes else "float32",
                       body=tuple(Code(x) for x in lines), result=Code(result),
                       helpers=Code("".join(helpers.values())), text=Code(str(tree)),
                       access=tuple("strided" if a[0] != "same" else "same" for a in access),
-                      R=len(groups))
+                      R=len(groups), step=step)
         s = Strategy(target)
         info = EwInfo(access, groups)
         use, skip = (EW_STRIDED, EW_CONTIGUOUS) if strided else (EW_CONTIGUOUS, EW_STRIDED)
-        s.add(use, 10, space=_space(target.on_cpu, strided), fixed=params, info=info)
+        s.add(use, 10, space=_space(target.on_cpu, strided, vw), fixed=params, info=info,
+              needs=needs)
         s.exclude(skip, 10, "an input is read through strides (it broadcasts, or is transposed "
                             "or flipped)" if strided else "no input needs strides")
         return s

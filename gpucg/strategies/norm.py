@@ -23,12 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..codegen.vector import WORD, lanes
 from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.norm import SOFTMAX_OPS
 from ..runtime.base import ceil_div, split_chunks
-from ..shape import normalize_axis, split_axis
+from ..shape import alignment, normalize_axis, split_axis
 from ..strategy import Strategy
 
 WARP_CAPACITY = 256
@@ -55,10 +56,10 @@ def _io(ctx):
     return (*ctx.inputs, *ctx.outputs)
 
 
-def _launch(kern, ctx, arrays, rows, n, chunk, chunks, inner, lanes):
+def _launch(kern, ctx, arrays, rows, n, chunk, chunks, inner, lanes, row_loop=1):
     s, wg = ctx.size, ctx.config["wg"]
     kern(*arrays, s(rows), s(n), s(chunk), s(chunks), s(inner),
-         grid=ceil_div(rows, wg // lanes), block=wg)
+         grid=ceil_div(rows, wg // lanes * row_loop), block=wg)
 
 
 def _row_run(lanes_key: str):
@@ -66,7 +67,8 @@ def _row_run(lanes_key: str):
     work-items a row takes ("wg": the whole work-group)."""
     def run(ctx, main):
         outer, n, _ = _dims(ctx)
-        _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, ctx.config[lanes_key])
+        _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, ctx.config[lanes_key],
+                dict(ctx.config).get("row_loop", 1))
     return run
 
 
@@ -131,18 +133,28 @@ NORM_COLS = kernel_impl("norm_cols", _cols_run, main=Kernel(
     doc="one work-item a column of a non-last axis"))
 
 
-def _spaces(on_cpu: bool) -> dict:
+def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
     """Config spaces; a row's capacity in registers is fixed (lanes * items), so the size
-    conditions hold whatever a tuning record picks."""
+    conditions hold whatever a tuning record picks. The cached kernels' vw: elements a 128-bit
+    access moves (1: scalar accesses, the CPU's default); row_loop: rows a warp or work-group
+    maps in turn (layer_norm and rms_norm on a GPU: 8, so that their gamma and beta are read
+    once for 8 rows: 1.125x the compulsory bytes at most on many rows, 1.0x on up to 8)."""
     online, unroll = (False, True), (1, 2, 4, 8)
+    cached = {"vw": tuple(sorted({1, vw})), "row_loop": (1, 2, 4, 8, 16)}
+    more = {"vw": 1, "row_loop": 1} if on_cpu else {"vw": vw, "row_loop": 8 if gamma else 1}
     return {
         "warp": ConfigSpace({"wg": (32, 64, 128, 256), "lanes": (8, 16, 32),
-                             "items": (8, 16, 32)}, {"wg": 256, "lanes": 32, "items": 8},
+                             "items": (8, 16, 32), **cached},
+                            {"wg": 256, "lanes": 32, "items": 8, **more},
                             constraint=lambda c: c["lanes"] * c["items"] == WARP_CAPACITY
-                            and c["wg"] >= c["lanes"]),
-        "group": ConfigSpace({"wg": (128, 256, 512, 1024), "items": (4, 8, 16, 32)},
-                             {"wg": 256, "items": 16},
-                             constraint=lambda c: c["wg"] * c["items"] == GROUP_CAPACITY),
+                            and c["wg"] >= c["lanes"] and c["items"] % c["vw"] == 0),
+        "group": ConfigSpace({"wg": (128, 256, 512, 1024), "items": (4, 8, 16, 32), **cached},
+                             # gamma and beta held beside the row: half the items a lane
+                             # (about 60 registers on sm_90, half occupancy, as before them)
+                             {"wg": 512 if gamma and not on_cpu else 256,
+                              "items": 8 if gamma and not on_cpu else 16, **more},
+                             constraint=lambda c: c["wg"] * c["items"] == GROUP_CAPACITY
+                             and c["items"] % c["vw"] == 0),
         "blocks": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
                                "unroll": unroll},
                               {"wg": 1, "online": False, "unroll": 8} if on_cpu else
@@ -160,6 +172,17 @@ def _spaces(on_cpu: bool) -> dict:
     }
 
 
+def _needs(n, arrays: int):
+    """Implementation.needs of a cached kernel whose vw > 1 moves 16 bytes an access: x, gamma
+    and beta 16-byte aligned and rows of n a multiple of vw, else vw = 1."""
+    def needs(config):
+        if config["vw"] == 1:
+            return None
+        return sympy.And(*(alignment(i) >= WORD for i in range(arrays)),
+                         sympy.Eq(sympy.Mod(n, config["vw"]), 0)), {"vw": 1}
+    return needs
+
+
 def gpu_strategy(op: str):
     def strategy(attrs, inputs, outputs, target):
         x = inputs[0]
@@ -167,9 +190,11 @@ def gpu_strategy(op: str):
         outer, n, inner = split_axis(x.shape, axis)
         acc = "float64" if x.dtype == "float64" else "float32"
         params = dict(op=op, acc_dtype=acc, half=half_format(x.dtype),
-                      eps=float(getattr(attrs, "eps", 0.0)), online=False, items=0, unroll=1)
+                      eps=float(getattr(attrs, "eps", 0.0)), online=False, items=0, unroll=1,
+                      vw=1, row_loop=1)
         info = NormInfo(op, axis, acc)
-        spaces = _spaces(target.on_cpu)
+        spaces = _spaces(target.on_cpu, lanes(x.dtype), len(inputs) > 1)
+        needs = _needs(n, len(inputs))
         rows = sympy.Eq(inner, 1)
         s = Strategy(target)
 
@@ -178,7 +203,8 @@ def gpu_strategy(op: str):
             # such knob
             knobs = spaces[space].knobs
             s.add(decl, plevel, condition=condition, space=spaces[space], info=info,
-                  fixed={k: v for k, v in params.items() if k not in knobs})
+                  fixed={k: v for k, v in params.items() if k not in knobs},
+                  needs=needs if "vw" in knobs else None)
 
         # a CPU core maps a row alone, from memory it keeps in cache; GPUs share rows
         p = (5, 13, 6, 12, 11) if target.on_cpu else (14, 13, 12, 11, 10)

@@ -26,12 +26,14 @@ import numpy as np
 import sympy
 
 from ..codegen.literals import compute_dtype
+from ..codegen.vector import WORD, lanes
 from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops._axes import passes, reduced_count
 from ..ops.reduce import ARG_OPS, OPS, acc_dtype, reduced_axes
-from ..runtime.base import ceil_div, split_chunks
+from ..runtime.base import ceil_div, split_chunks, vector_chunks
+from ..shape import alignment
 from ..strategy import Strategy
 
 WARP_N_MAX = 512
@@ -95,7 +97,8 @@ def _group_run(ctx, main) -> None:
 def _split_run(ctx, main, part, merge) -> None:
     outer, n, _ = _single(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunk, chunks = split_chunks(n, outer, wg * c["unroll"] * c["chunk_items"], c["groups"])
+    chunk, chunks = vector_chunks(n, outer, wg * c["unroll"] * c["chunk_items"], c["groups"],
+                                  c["vw"])
     if chunks == 1:
         _rows(main, ctx, ctx.inputs, ctx.outputs, outer, n, n, 1, wg)
         return
@@ -167,12 +170,15 @@ REDUCE_PASSES = kernel_impl("reduce_passes", _passes_run, **{
     for kind in ("rows", "cols") for s in ("in", "part") for t in ("part", "final")})
 
 
-def _spaces(on_cpu: bool) -> dict:
-    """Config spaces of each implementation; a CPU gets one work-item a row or column."""
+def _spaces(on_cpu: bool, vw: int) -> dict:
+    """Config spaces of each implementation; a CPU gets one work-item a row or column. The row
+    kernels' vw: elements a 128-bit load brings (vw elements of the input's dtype in 16
+    bytes on GPUs; 1: scalar loads, the CPU's default)."""
     # two_pass: argmax/argmin find each block's extreme value, then its first index where the
     # block beats the best so far (a CPU vectorizes that; a GPU tracks indices in one pass)
+    vws = tuple(sorted({1, vw}))
     rows = {"wg": (1, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
-            "two_pass": (False, True)}
+            "two_pass": (False, True), "vw": vws}
     split = {**rows, "chunk_items": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
     cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 16, 64, 128, 256),
             "chunk_items": (16, 256), "groups": (8, 256, 1024, 4096)}
@@ -181,26 +187,43 @@ def _spaces(on_cpu: bool) -> dict:
         return c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768
 
     if on_cpu:
-        d_rows, d_cols = {"wg": 1, "unroll": 8, "two_pass": True}, {"tx": 1, "ty": 1, "vec": 128}
+        d_rows = {"wg": 1, "unroll": 8, "two_pass": True, "vw": 1}
+        d_cols = {"tx": 1, "ty": 1, "vec": 128}
         d_split = dict(d_rows, chunk_items=4096, groups=8)
         d_cols.update(chunk_items=256, groups=8)
     else:
-        d_rows, d_cols = {"wg": 256, "unroll": 2, "two_pass": False}, {"tx": 32, "ty": 8, "vec": 2}
+        d_rows = {"wg": 256, "unroll": 2, "two_pass": False, "vw": vw}
+        d_cols = {"tx": 32, "ty": 8, "vec": 2}
         d_split = dict(d_rows, chunk_items=16, groups=1024)
         d_cols.update(chunk_items=16, groups=1024)
     # the passes reduce separate runs of axes, without splitting a pass (no argmax either)
     passes = {"wg": rows["wg"], "unroll": rows["unroll"], "tx": cols["tx"], "ty": cols["ty"],
               "vec": cols["vec"]}
+    def scalar_find(c):  # the two-pass search reads element by element
+        return c["vw"] == 1 or not c["two_pass"]
+
     return {
         "warp": ConfigSpace({"wg": (64, 128, 256), "lanes": (4, 8, 16, 32), "unroll": (1, 2, 4),
-                             "two_pass": (False, True)},
-                            {"wg": 256, "lanes": 32, "unroll": 2, "two_pass": False}),
-        "group": ConfigSpace(rows, d_rows),
-        "split": ConfigSpace(split, d_split),
+                             "two_pass": (False, True), "vw": vws},
+                            {"wg": 256, "lanes": 32, "unroll": 2, "two_pass": False,
+                             "vw": 1 if on_cpu else vw}, constraint=scalar_find),
+        "group": ConfigSpace(rows, d_rows, constraint=scalar_find),
+        "split": ConfigSpace(split, d_split, constraint=scalar_find),
         "cols": ConfigSpace(cols, d_cols, constraint=fits),
         "passes": ConfigSpace(passes, {k: {**d_rows, **d_cols}[k] for k in passes},
                               constraint=fits),
     }
+
+
+def row_needs(n):
+    """Implementation.needs of a row kernel whose vw > 1 loads 16 bytes at a time: the input's
+    address 16-byte aligned and rows of n a multiple of vw (each row starts aligned), else
+    vw = 1."""
+    def needs(config):
+        if config["vw"] == 1:
+            return None
+        return sympy.And(alignment(0) >= WORD, sympy.Eq(sympy.Mod(n, config["vw"]), 0)), {"vw": 1}
+    return needs
 
 
 def _value(dtype: str) -> str:
@@ -217,17 +240,18 @@ def gpu_strategy_for(op: str, axes_of):
         # float16 and bfloat16 are storage only: the kernels load and store float32 values
         params = dict(op=op, in_dtype=_value(x.dtype), acc_dtype=acc, out_dtype=_value(y.dtype),
                       in_half=half_format(x.dtype), out_half=half_format(y.dtype),
-                      two_pass=False, block=ARG_BLOCK)
+                      two_pass=False, block=ARG_BLOCK, vw=1)
         info = ReduceInfo(op, axes, acc)
-        spaces = _spaces(target.on_cpu)
+        spaces = _spaces(target.on_cpu, lanes(x.dtype))
         views = passes(x.shape, axes)
         s = Strategy(target)
 
         def add(decl, plevel, space, condition=None):
-            # params holds defaults (two_pass) for the kernels whose space has no such knob
+            # params holds defaults (two_pass, vw) for the kernels whose space has no such knob
             knobs = spaces[space].knobs
             s.add(decl, plevel, condition=condition, space=spaces[space], info=info,
-                  fixed={k: v for k, v in params.items() if k not in knobs})
+                  fixed={k: v for k, v in params.items() if k not in knobs},
+                  needs=row_needs(views[0][1]) if "vw" in knobs else None)
 
         if len(views) == 1:
             outer, n, inner = views[0]

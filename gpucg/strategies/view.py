@@ -18,13 +18,18 @@ from ..implementation import view_impl
 from ..ops._layout import permutation
 
 
-def _shape_view(ctx):
-    backend, shape = ctx.backend, tuple(int(d) for d in ctx.out_shapes[0])
-    x = backend.export(ctx.inputs[0])  # gpucg's own buffer as the backend's array, no copy
+def reshaped(backend, x, shape: tuple):
+    """``x`` (an array of ``backend``) as ``shape``: a view sharing its memory, or, where its
+    strides cannot hold the shape, a contiguous copy made on its own device first."""
+    x = backend.export(x)  # gpucg's own buffer as the backend's array, no copy
     try:
         return x.reshape(shape)
     except ValueError:  # pyopencl: these strides cannot hold the shape without a copy
         return backend.export(backend.contiguous(x)).reshape(shape)
+
+
+def _shape_view(ctx):
+    return reshaped(ctx.backend, ctx.inputs[0], tuple(int(d) for d in ctx.out_shapes[0]))
 
 
 def _transpose_view(ctx):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..codegen.tile_layout import phase_wavefronts  # noqa: F401 (strategies choose layouts with it)
 from ..errors import InputError
 
 WARP = 32
@@ -47,12 +48,6 @@ def _check(addresses, width: int) -> None:
                              f"width {width}")
 
 
-def phase_wavefronts(words: list[int]) -> int:
-    """Wavefronts of one phase touching these 4-byte word indices (duplicates broadcast)."""
-    per_bank: dict[int, set] = {}
-    for w in words:
-        per_bank.setdefault(w % BANKS, set()).add(w)
-    return max((len(s) for s in per_bank.values()), default=0)
 
 
 def wavefronts(addresses, width: int = 4) -> int:
@@ -178,6 +173,12 @@ def _requests_fn(impl_name: str):
         from ..strategies import gemm_mma
         for name in MMA_CORE_IMPLS:
             register(name, lambda config, params: gemm_mma.smem_requests(params, config))
+        # the fused Winograd kernel's local tiles (its own layout, evaluated)
+        from ..strategies import conv2d_fused
+        for m in (2, 4):
+            register(f"winograd_fused_{m}x{m}",
+                     lambda config, params: conv2d_fused.requests(config, params["m"],
+                                                                  params["nchw"]))
     return CORES.get(impl_name)
 
 

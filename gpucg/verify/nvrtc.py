@@ -83,3 +83,43 @@ def compile_to_cubin(source: str, arch: str = "sm_90", options: tuple = DEFAULT_
     """
     return _compile(source, f"--gpu-architecture={arch}", (*options, "-Xptxas=-v"), name, arch,
                     binary=True)
+
+
+#: a kernel's declaration in gpucg's CUDA sources (the CUDA Dialect's ``kernel``)
+_ENTRY = 'extern "C" __global__'
+
+
+def check_sources(sources: list[str], arch: str = "sm_90",
+                  batch: int = 48) -> list[tuple[int, CompileError]]:
+    """Compile many gpucg sources to PTX for ``arch``; the (index, CompileError) of each that
+    fails on its own.
+
+    Each NVRTC call costs about 15 ms before it reads a line, so sources are compiled
+    ``batch`` at a time as one translation unit: each inside its own namespace, its kernels
+    declared C++ rather than ``extern "C"`` (so that two configs of one kernel, which share an
+    entry name, do not collide). Nothing leaks between units but the preprocessor, so a source
+    with a ``#define`` or ``#include`` is compiled alone; a batch that fails, or whose PTX has
+    fewer entries than its sources declare, is compiled again source by source, so every
+    failure names its own source with its own log.
+    """
+    failures: list[tuple[int, CompileError]] = []
+    alone = [i for i, s in enumerate(sources) if "#define" in s or "#include" in s]
+    together = [i for i in range(len(sources)) if i not in set(alone)]
+    for start in range(0, len(together), batch):
+        group = together[start:start + batch]
+        unit = "\n".join(f"namespace gpucg_unit_{i} {{\n{sources[i].replace(_ENTRY, '__global__')}"
+                         f"\n}}  // namespace gpucg_unit_{i}" for i in group)
+        try:  # not through compile_to_ptx: its cache would hold every unit's text
+            ptx = _compile(unit, f"--gpu-architecture=compute_{arch.removeprefix('sm_')}",
+                           DEFAULT_OPTIONS, "units.cu", arch, binary=False)[0].decode(errors="replace")
+            if ptx.count(".entry ") >= sum(sources[i].count(_ENTRY) for i in group):
+                continue
+        except CompileError:
+            pass
+        alone += group
+    for i in sorted(alone):
+        try:
+            compile_to_ptx(sources[i], arch)
+        except CompileError as exc:
+            failures.append((i, exc))
+    return failures

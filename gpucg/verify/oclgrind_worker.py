@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..samples import mismatch, sample_inputs
+from ..samples import TF32_TOLERANCE, TOLERANCE, mismatch, sample_inputs
 from ..procwatch import resident
 from .oclgrind import RECYCLE, Result, Task, parse_counts, parse_log
 
@@ -52,14 +52,15 @@ def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
         got = compiled(*inputs)
         res.impl = compiled.last_impl or ""
         want = op.reference(*inputs, compiled.attrs)
-        res.error = mismatch(got, want)
+        tol = TF32_TOLERANCE if getattr(compiled.attrs, "allow_tf32", False) else TOLERANCE
+        res.error = mismatch(got, want, tol)
         if res.error:
             host = compile_op(task.op, *case.inputs, target="numpy", **case.attrs)(*inputs)
             if mismatch(host, want):
                 # random inputs outside the reference's domain (a Winograd-domain weight that
                 # no 3x3 weight transforms to): the numpy target, tested against the
                 # reference on valid inputs, is the oracle
-                res.error = mismatch(got, host) and f"{mismatch(got, host)} (against the numpy target)"
+                res.error = mismatch(got, host, tol) and f"{mismatch(got, host, tol)} (against the numpy target)"
         outs = want if isinstance(want, tuple) else (want,)
         res.compulsory = sum(x.nbytes for x in inputs) + sum(np.asarray(o).nbytes for o in outs)
     except Exception as exc:  # reported per task; the other tasks still run

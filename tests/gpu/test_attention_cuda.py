@@ -1,4 +1,4 @@
-"""The GPU tier for attention: the SIMT and split-KV kernels on CUDA against torch's SDPA in
+"""The GPU tier for attention: the SIMT, split-KV and (float16) flash_mma kernels on CUDA against torch's SDPA in
 float64 (skipped without CUDA; bfloat16 stays on the numpy and opencl targets, CuPy has none)."""
 
 import numpy as np
@@ -32,7 +32,8 @@ def test_cuda_kernels_against_torch(case):
     want, want_lse = t.torch_ref(q, k, v, mask=m, **{a: attrs[a] for a in attrs
                                                        if a != "return_lse"})
     decode = case[4] <= 16 and case[5] >= 1024
-    for impl in ("attention_simt",) + (("attention_split",) if decode else ()):
+    tensor_cores = ("flash_mma",) if case[7] == "float16" else ()  # forced even for decode
+    for impl in ("attention_simt",) + (("attention_split",) if decode else ()) + tensor_cores:
         got = t.run("cuda", impl, q, k, v, m, **attrs)
         if attrs.get("return_lse"):
             got, lse = got

@@ -1,0 +1,157 @@
+"""Scaled dot-product attention found in the lowered calls: MatMul(Q, K^T), times or divided
+by a constant, plus a mask (additive, or a Where with -inf on a causal pattern, checked on the
+mask's values at two probe sizes), Softmax on the last axis, MatMul by V: one
+gpucg.ops.attention (gpucg/onnx/fuse.py runs this pass third)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import Graph, probes, value_at
+from .index import Index, expr_of, scalar
+from .lower import Call
+
+
+def _causal(g: Graph, cond: str, masked_when: bool) -> bool:
+    """The size-dependent ``cond`` lets query i see key j exactly when j <= i, at two probe
+    sizes (``masked_when``: the value of cond that masks)."""
+    if cond not in g.dynamic and cond not in g.consts:
+        return False
+    for binding in probes(g):
+        c = np.asarray(value_at(g, cond, binding, {}))
+        if c.ndim < 2 or c.shape[-1] != c.shape[-2]:
+            return False
+        tril = np.tril(np.ones(c.shape[-2:], bool))
+        if not np.array_equal(np.broadcast_to(c.astype(bool) != masked_when, c.shape),
+                              np.broadcast_to(tril, c.shape)):
+            return False
+    return True
+
+
+def _leads(g: Graph, ix: Index, value: str, depth: int = 4) -> bool:
+    """``value`` comes from a matmul through at most ``depth`` elementwise calls."""
+    p = ix.producer.get(value)
+    if p is None or depth == 0:
+        return False
+    if p.op == "matmul":
+        return True
+    return p.op == "fused" and any(_leads(g, ix, i, depth - 1) for i in p.inputs
+                                   if scalar(g, i) is None)
+
+
+def _scores(g: Graph, ix: Index, value: str, user):
+    """Walk back from the softmax's input over scale, mask and causal Where calls to the
+    MatMul(Q, K^T): (matmul call, scale, mask value, causal, calls taken) or None."""
+    scale, mask, causal, taken = 1.0, None, False, []
+    for _ in range(3):
+        c = ix.producer.get(value)
+        e = c and expr_of(c)
+        if e is None or ix.only_user(value) is not user:
+            break
+        text, ins = str(e), c.inputs
+        consts = [scalar(g, i) for i in ins]
+        if text in ("multiply(x0, x1)", "divide(x0, x1)") and consts[1] is not None or \
+                text == "multiply(x0, x1)" and consts[0] is not None:
+            k = 1 - consts.index(next(v for v in consts if v is not None))
+            f = float(consts[1 - k])
+            scale, value = scale * (1 / f if text.startswith("divide") else f), ins[k]
+        elif text == "add(x0, x1)" and mask is None and (_leads(g, ix, ins[0]) or
+                                                         _leads(g, ix, ins[1])):
+            k = 0 if _leads(g, ix, ins[0]) else 1
+            mask, value = ins[1 - k], ins[k]
+        elif text == "where(x0, x1, x2)" and not causal:
+            low = [scalar(g, i) for i in ins[1:]]
+            side = next((k for k, v in enumerate(low) if v is not None and v <= -1e30), None)
+            if side is None or not _causal(g, ins[0], masked_when=side == 0):
+                break
+            causal, value = True, ins[2 - side]
+        else:
+            break
+        taken.append(c)
+        user = c
+    mm = ix.producer.get(value)
+    if mm is None or mm.op != "matmul" or mm.attrs or ix.only_user(value) is not user:
+        return None
+    return mm, scale, mask, causal, taken
+
+
+def attention(g: Graph, calls: list) -> list:
+    for sm in [c for c in calls if c.op == "softmax"]:
+        ix = Index(calls, g.results)
+        x = sm.inputs[0]
+        t = g.type_of(x)
+        mm2 = ix.only_user(sm.outputs[0])
+        if t.ndim != 4 or sm.attrs.get("axis", -1) % 4 != 3 or mm2 is None or \
+                mm2.op != "matmul" or mm2.attrs or mm2.inputs[0] != sm.outputs[0]:
+            continue
+        found = _scores(g, ix, x, sm)
+        if found is None:
+            continue
+        mm, scale, mask, causal, taken = found
+        q, kt, v = mm.inputs[0], mm.inputs[1], mm2.inputs[1]
+        if any(g.type_of(a).ndim != 4 for a in (q, kt, v)) or \
+                not isinstance(g.type_of(q).shape[3], int):
+            continue
+        if mask is not None and (g.type_of(mask).dtype != g.type_of(q).dtype or
+                                 g.type_of(mask).ndim > 4):
+            continue
+        pos = calls.index(mm2)
+        kp = ix.producer.get(kt)
+        if kp is not None and kp.op == "transpose" and ix.only_user(kt) is mm and \
+                kp.attrs.get("axes") is not None:
+            axes = list(kp.attrs["axes"])
+            axes[2], axes[3] = axes[3], axes[2]
+            kp.attrs["axes"] = tuple(axes)
+            k = kp.outputs[0] = kt + "^T"
+        else:
+            k = kt + "^T"
+            calls.insert(pos, Call("transpose", {"axes": (0, 1, 3, 2)}, [kt], [k], []))
+            pos += 1
+        kt_shape = g.type_of(kt).shape
+        g.types[k] = type(g.type_of(kt))(kt_shape[:2] + (kt_shape[3], kt_shape[2]),
+                                          g.type_of(kt).dtype)
+        how = ["MatMul(Q, K^T)"] + [f"scale {scale:.6g}"] + (["additive mask"] if mask else []) \
+            + (["causal Where(-inf)"] if causal else []) + ["Softmax", "MatMul(V)"]
+        new = Call("attention", {"causal": causal, "scale": scale, "layout": "BHSD"},
+                   [q, k, v] + ([mask] if mask else []), mm2.outputs,
+                   [n for c in [mm] + taken[::-1] + [sm, mm2] for n in c.nodes],
+                   ["attention pattern: " + " -> ".join(how)])
+        calls[pos] = new
+        for c in [mm, sm] + taken:
+            calls.remove(c)
+        _in_place(g, calls, new)
+    return calls
+
+
+HEADS = (0, 2, 1, 3)  # (B, S, H, D) <-> (B, H, S, D)
+
+
+def _in_place(g: Graph, calls: list, att: Call) -> None:
+    """Q, K and V made (B, H, S, D) by Transposes of (B, S, H, D) tensors that only the
+    attention reads: it reads those tensors in place (layout BSHD) and the Transposes, copies
+    on a device, go; its (B, S, H, D) result feeds the Transpose back, or stands for it."""
+    moves = []
+    for name in att.inputs[:3]:
+        p = next((c for c in calls if name in c.outputs), None)
+        if p is None or p.op != "transpose" or tuple(p.attrs.get("axes") or ()) != HEADS or \
+                [c for c in calls if name in c.inputs] != [att] or name in g.results:
+            return
+        moves.append(p)
+    att.inputs[:3] = [p.inputs[0] for p in moves]
+    att.attrs["layout"] = "BSHD"
+    att.nodes[:0] = [n for p in moves for n in p.nodes]
+    for p in moves:
+        calls.remove(p)
+    out = att.outputs[0]
+    users = [c for c in calls if out in c.inputs]
+    if len(users) == 1 and users[0].op == "transpose" and out not in g.results and \
+            tuple(users[0].attrs.get("axes") or ()) == HEADS:
+        att.outputs, att.nodes = users[0].outputs, att.nodes + users[0].nodes
+        calls.remove(users[0])
+    else:
+        t = g.type_of(out)
+        att.outputs = [out + "#BSHD"]
+        g.types[att.outputs[0]] = type(t)(tuple(t.shape[a] for a in HEADS), t.dtype)
+        calls.insert(calls.index(att) + 1, Call("transpose", {"axes": HEADS}, att.outputs,
+                                                [out], []))
+    att.fusion.append("layout BSHD: the heads' Transposes are read in place")

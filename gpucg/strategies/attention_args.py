@@ -1,0 +1,32 @@
+"""What the attention kernels' launches share: the sizes, the arrays and the mask's strides."""
+
+from __future__ import annotations
+
+from ..ops.attention import dims
+
+
+def _sizes(ctx):
+    q, k = ctx.inputs[0], ctx.inputs[1]
+    b, hq, sq, _ = (int(x) for x in dims(q, ctx.info.layout))
+    _, hkv, skv, _ = (int(x) for x in dims(k, ctx.info.layout))
+    return b, hq, hkv, sq, skv
+
+
+def mask_strides(shape, full) -> tuple:
+    """Element strides of a contiguous mask of ``shape`` read as (B, Hq, Sq, Skv) ``full``:
+    0 along broadcast dimensions."""
+    shape = (1,) * (4 - len(shape)) + tuple(int(s) for s in shape)
+    strides, step = [], 1
+    for s, f in zip(reversed(shape), reversed(full)):
+        strides.append(step if s == f and s != 1 else 0)
+        step *= s
+    return tuple(reversed(strides))
+
+
+def common_args(ctx):
+    """(sizes, the arrays q, k, v[, mask], the mask's strides as sizes) of a launch."""
+    b, hq, hkv, sq, skv = _sizes(ctx)
+    arrays = tuple(ctx.inputs[:3]) + ((ctx.inputs[3],) if ctx.info.has_mask else ())
+    strides = (mask_strides(ctx.inputs[3].shape, (b, hq, sq, skv))
+               if ctx.info.has_mask else ())
+    return (b, hq, hkv, sq, skv), arrays, tuple(ctx.size(s) for s in strides)
