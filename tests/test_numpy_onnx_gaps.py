@@ -63,7 +63,8 @@ def test_every_scan_implementation_in_reverse():
                 np.testing.assert_array_equal(
                     f(x), reference("cumsum", x, axis=axis, reverse=True, exclusive=True))
                 ran.add(impl)
-    assert ran == {"scan_rows", "scan_device", "scan_cols", "scan_chunked"}
+    assert ran == {"scan_rows", "scan_lookback", "scan_device", "scan_cols", "scan_cols_lookback",
+                   "scan_chunked"}
 
 
 @pytest.mark.parametrize("dtype", INTS)

@@ -71,6 +71,17 @@ def test_counts_include_vector_and_half_builtins():
     assert (h.loaded, h.stored) == (8 + 32 + 8 + 48 + 8, 16 + 16)
 
 
+def test_counts_include_global_atomics():
+    """A look-back's flags: atomic_or and atomic_add load and store their word, atomic_xchg
+    stores it; local atomics (AS3) move no global bytes."""
+    [k] = oclgrind.parse_counts("Instructions executed for kernel 'k':\n"
+                                "  72 - call _Z9atomic_orPU3AS1Vjj()\n"
+                                "  32 - call _Z11atomic_xchgPU3AS1Vjj()\n"
+                                "   9 - call _Z10atomic_addPU3AS1Vjj()\n"
+                                "   5 - call _Z10atomic_addPU3AS3Vjj()\n")
+    assert (k.loaded, k.stored) == (4 * (72 + 9), 4 * (72 + 32 + 9))
+
+
 HALVES = textwrap.dedent("""
     import numpy as np, pyopencl as cl
     dev = [d for p in cl.get_platforms() for d in p.get_devices() if "Oclgrind" in d.name][0]

@@ -180,11 +180,11 @@ def test_resources_rows_name_every_kernel(nvrtc_or_skip):
     rows = gpucg.resources("cumsum", gpucg.tensor((1 << 24,), "float32"), axis=0,
                            target="cuda -arch=sm_80")
     impls = {r.impl for r in rows}
-    assert impls == {"scan_device.cuda", "scan_chunked.cuda"}
+    assert impls == {"scan_lookback.cuda", "scan_device.cuda", "scan_chunked.cuda"}
     assert {r.kernel for r in rows if r.impl == "scan_device.cuda"} == \
         {"tile_reduce", "scan_partials", "tile_apply"}
     assert all(r.arch == "sm_80" and r.block == 256 and r.fits for r in rows)
-    assert [r.selected for r in rows if r.impl == "scan_device.cuda"][0]
+    assert [r.selected for r in rows if r.impl == "scan_lookback.cuda"][0]
     typ = gpucg.tensor((4096, 1024), "float32")
     every = gpucg.resources("cumsum", typ, axis=1, impl="scan_rows", all_configs=True)
     space = gpucg.compile("cumsum", typ, axis=1, target="cuda", impl="scan_rows") \

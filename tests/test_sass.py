@@ -297,3 +297,25 @@ def test_memory_bound_kernels_move_128_bits(sass_or_skip, arch, op, shapes, attr
     for kernel, mix in got.items():
         has = ("LDG.128",) + (("STG.128",) if stores else ()) + (("SHFL",) if shuffles else ())
         sass.assert_sass(mix, has=has, none=("LDL", "STL"), what=f"{op} {impl}/{kernel} {arch}")
+
+
+#: the single-pass scan (decoupled look-back) as the dispatcher picks it for a 1-D float32
+#: scan (vw=4) and one it must read element by element (uint8 in): its tile's block scan by
+#: shuffles, 16-byte accesses where the config reads vectors; barriers: the tile id's
+#: broadcast, the block scan's two, the look-back window's two
+_LOOKBACK = [("float32", None, {"wg": 256, "items": 8, "vw": 4}, ("LDG.128", "STG.128")),
+             ("float64", None, {"wg": 256, "items": 8, "vw": 2}, ("LDG.128", "STG.128")),
+             ("uint8", "uint32", {"wg": 256, "items": 8, "vw": 1}, ())]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype,out,config,vectors", _LOOKBACK, ids=[c[0] for c in _LOOKBACK])
+def test_lookback_scan_shuffles_and_vectors(sass_or_skip, arch, dtype, out, config, vectors):
+    got = {r.kernel: (r.config, r.sass) for r in res.resources(
+        "cumsum", gpucg.tensor((1 << 24,), dtype), target=f"cuda -arch={arch}", axis=0,
+        dtype=out, impl="scan_lookback", sass=True) if r.selected}
+    assert set(got) == {"init", "scan"}, got.keys()
+    config_got, mix = got["scan"]
+    assert config_got == ",".join(f"{k}={v}" for k, v in sorted(config.items())), config_got
+    sass.assert_sass(mix, has=("SHFL",) + vectors, none=("LDL", "STL"), what=f"scan_lookback {dtype} {arch}")
+    assert mix["BAR"] <= 5, f"scan_lookback {dtype} {arch}: {mix['BAR']} barriers"

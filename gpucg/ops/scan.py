@@ -111,7 +111,11 @@ def _cases():
              Case((t((37, 5), "float64"),), {"axis": 0}, "small"),
              Case((t((2, 7, 3), "float32"),), {"axis": 1}, "small"),
              Case((t((3, 2053), "uint8"),), {"axis": 1, "reverse": True, "exclusive": True},
-                  "small", "reverse, exclusive, unsigned")]
+                  "small", "reverse, exclusive, unsigned"),
+             Case((t((9001,), "float32"),), {"axis": 0}, "small", "1-D, several tiles"),
+             Case((t((2, 8200), "float64"),), {"axis": 1, "reverse": True}, "small",
+                  "long rows, reverse"),
+             Case((t((600, 2, 9), "float32"),), {"axis": 0}, "small", "long columns")]
     return bench + small
 
 

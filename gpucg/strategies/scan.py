@@ -5,7 +5,16 @@ product of the dimensions after the axis (1 when the axis is the last one).
 
 GPU implementations, by plevel:
   scan_rows    inner == 1 and n <= 4096: one work-group scans one row (1 read, 1 write).
-  scan_device  inner == 1: device-wide reduce-then-scan over tiles, for long rows.
+  scan_lookback inner == 1: single pass by decoupled look-back (1 read, 1 write, and a tile's
+               status: 4 + 2 * itemsize bytes, its look-back's reads): a tile a work-group
+               in the order of an atomic counter, 16-byte vector loads and stores where the
+               dispatcher finds x aligned and every row starts on a vector.
+  scan_device  inner == 1: device-wide reduce-then-scan over tiles (3 passes: 1.5x the
+               traffic). Kept forceable: it spins on nothing (a device that may starve a
+               running work-group), and it is the look-back's before in benchmarks.
+  scan_cols_lookback inner > 1: single pass by decoupled look-back over chunks of 64 rows of
+               the columns, one column a work-item (1 read, 1 write, and about 28 bytes of
+               status a column's chunk), where the columns are too few for scan_cols.
   scan_cols    columns (outer*inner) >= 32768: one work-item scans one column; reads coalesced
                across the inner dimension, no transpose.
   scan_chunked always: chunks of each column are reduced, the chunk totals scanned, the chunks
@@ -22,7 +31,7 @@ import sympy
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..runtime.base import ceil_div
-from ..shape import normalize_axis, split_axis
+from ..shape import alignment, normalize_axis, split_axis
 from ..strategy import Strategy
 
 ROWS_MAX = 4096
@@ -35,6 +44,39 @@ _TILE_SPACE = ConfigSpace(
     {"wg": 256, "items": 8},
     constraint=lambda c: (c["wg"] * c["items"] + c["wg"]) * 8 <= 32768,
 )
+
+
+#: 4- and 8-byte types: the look-back tile reads and writes them 16 bytes at a time
+_VECTOR_DTYPES = ("int32", "uint32", "float32", "int64", "uint64", "float64")
+
+
+def _vector_width(in_dtype: str, out_dtype: str) -> int:
+    """Elements a 16-byte vector access of the wider of the two types holds (1: none)."""
+    if in_dtype not in _VECTOR_DTYPES or out_dtype not in _VECTOR_DTYPES:
+        return 1
+    return 16 // max(np.dtype(in_dtype).itemsize, np.dtype(out_dtype).itemsize)
+
+
+def _lookback_space(vw: int) -> ConfigSpace:
+    """wg, items (a multiple of vw) and vw (1 or the dtypes' vector width)."""
+    return ConfigSpace({"wg": (64, 128, 256, 512), "items": (1, 2, 4, 8, 16),
+                        "vw": tuple(sorted({1, vw}))},
+                       {"wg": 256, "items": 8, "vw": vw},
+                       constraint=lambda c: c["items"] % c["vw"] == 0)
+
+
+def _lookback_needs(outer, n, in_dtype: str, reverse: bool):
+    """vw > 1 reads x a vector at a time: x's address aligned to one, and each row's start
+    (and, scanning from the end, its end) on a vector; else the same kernel with vw = 1."""
+    size = np.dtype(in_dtype).itemsize
+
+    def needs(config):
+        vw = config["vw"]
+        if vw == 1:
+            return None
+        rows = sympy.Eq(n % vw, 0) if reverse else sympy.Or(sympy.Eq(outer, 1), sympy.Eq(n % vw, 0))
+        return sympy.And(alignment(0) >= vw * size, rows), {"vw": 1, "items": config["items"]}
+    return needs
 
 
 def _cols_space(wg: int, chunk: int) -> ConfigSpace:
@@ -64,6 +106,35 @@ def _device_run(ctx, scan, tile_reduce, scan_partials, tile_apply) -> None:
     tile_reduce(x, partial, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
     scan_partials(partial, carries, ctx.size(tiles), grid=outer, block=wg)
     tile_apply(x, y, carries, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
+
+
+def _status(ctx, init, count: int):
+    """The look-back's status of ``count`` tiles, cleared: flags (and the tile counter after
+    them) and each tile's aggregate and inclusive prefix as 32-bit words."""
+    flags = ctx.empty((count + 1,), np.uint32)
+    words = ctx.empty((2 * count * max(1, ctx.outputs[0].dtype.itemsize // 4),), np.uint32)
+    init(flags, ctx.size(count), grid=ceil_div(count + 1, INIT_WG), block=INIT_WG)
+    return flags, words
+
+
+def _lookback_run(ctx, init, scan) -> None:
+    outer, n, _ = _dims(ctx)
+    wg = ctx.config["wg"]
+    tiles = ceil_div(n, wg * ctx.config["items"])
+    count = outer * tiles
+    if count:
+        scan(ctx.inputs[0], ctx.outputs[0], *_status(ctx, init, count), ctx.size(n),
+             ctx.size(tiles), ctx.size(count), grid=count, block=wg)
+
+
+def _cols_lookback_run(ctx, init, scan) -> None:
+    outer, n, inner = _dims(ctx)
+    wg, s = ctx.config["wg"], ctx.size
+    columns, chunks = outer * inner, ceil_div(n, ctx.config["items"])
+    count = chunks * columns
+    if count:
+        scan(ctx.inputs[0], ctx.outputs[0], *_status(ctx, init, count), s(n), s(inner),
+             s(columns), s(chunks), s(count), grid=ceil_div(columns, wg) * chunks, block=wg)
 
 
 def _cols_run(ctx, scan) -> None:
@@ -109,6 +180,17 @@ SCAN_DEVICE = kernel_impl(
     scan_partials=Kernel("scan/scan_rows.j2", derive=_partials,
                          doc="pass 2: the exclusive scan of the tile totals of each row"),
     tile_apply=Kernel("scan/scan_tile_apply.j2", doc="pass 3: each tile scanned from its carry"))
+#: work-items of a group of the look-back's status clearing
+INIT_WG = 256
+_INIT = Kernel("scan/lookback_init.j2", derive=lambda p: {"wg": INIT_WG},
+               doc="the tile counter and the tiles' flags set to 0")
+SCAN_LOOKBACK = kernel_impl(
+    "scan_lookback", _lookback_run, init=_INIT,
+    scan=Kernel("scan/scan_lookback.j2", doc="one pass: a tile a work-group, decoupled look-back"))
+SCAN_COLS_LOOKBACK = kernel_impl(
+    "scan_cols_lookback", _cols_lookback_run, init=_INIT,
+    scan=Kernel("scan/scan_cols_lookback.j2",
+                doc="one pass: chunks of columns, a work-item's column looks back on its own"))
 SCAN_COLS = kernel_impl("scan_cols", _cols_run, scan=_COL_SCAN)
 SCAN_CHUNKED = kernel_impl(
     "scan_chunked", _chunked_run, scan=_COL_SCAN,
@@ -147,17 +229,27 @@ def gpu_strategy(combine: str):
                       exclusive=attrs.exclusive, reverse=attrs.reverse)
         on_cpu = target.on_cpu
         row_major = sympy.Eq(inner, 1)
-        # plevels: GPUs prefer work-group scans on rows; CPUs prefer sequential streams
-        p_rows, p_device, p_cols, p_chunked = (4, 3, 12, 5) if on_cpu else (12, 10, 8, 5)
+        # plevels: GPUs prefer work-group scans on rows, and the look-back's single pass for
+        # long ones; CPUs prefer sequential streams (on PoCL the look-back's tiles, 256
+        # work-items looping over barriers, spinning on a predecessor, took 2.6 s against
+        # scan_chunked's 0.22 s for 2^24 floats: benchmarks/results/, 2026-11-25)
+        p_rows, p_look, p_device, p_cols, p_cols_look, p_chunked = \
+            (4, 2, 3, 12, 1, 5) if on_cpu else (12, 11, 3, 8, 7, 5)
         s = Strategy(target)
         s.add(SCAN_ROWS, p_rows, condition=sympy.And(row_major, n <= ROWS_MAX),
               space=_TILE_SPACE, fixed=params)
+        s.add(SCAN_LOOKBACK, p_look, condition=row_major, fixed=params,
+              space=_lookback_space(_vector_width(data.dtype, out.dtype)),
+              needs=_lookback_needs(outer, n, data.dtype, attrs.reverse))
         s.add(SCAN_DEVICE, p_device, condition=row_major, space=_TILE_SPACE, fixed=params)
         s.add(SCAN_COLS, p_cols,
               condition=outer * inner >= (CPU_COLUMNS_MIN if on_cpu else GPU_COLUMNS_MIN),
               space=ConfigSpace({"wg": (8, 16, 32, 64, 128, 256, 512, 1024)},
                                 {"wg": 64 if on_cpu else 256}),
               fixed=params)
+        s.add(SCAN_COLS_LOOKBACK, p_cols_look, condition=sympy.Ne(inner, 1), fixed=params,
+              space=ConfigSpace({"wg": (32, 64, 128, 256), "items": (8, 16, 32, 64)},
+                                {"wg": 64 if on_cpu else 128, "items": 64}))
         s.add(SCAN_CHUNKED, p_chunked, fixed=params,
               space=_cols_space(64 if on_cpu else 256, 4096 if on_cpu else 256))
         return s

@@ -145,6 +145,12 @@ _ELEM_BYTES = {"Dh": 2, "c": 1, "a": 1, "h": 1, "s": 2, "t": 2, "i": 4, "j": 4, 
                "f": 4, "d": 8}
 
 
+#: 32- and 64-bit atomic builtins on global memory ("72 - call _Z9atomic_orPU3AS1Vjj()"): a
+#: read-modify-write loads and stores its word, an exchange only stores (a look-back's flags);
+#: an atomic_or or atomic_add of 0 is a load all the same, counted as a read-modify-write
+_ATOMIC = re.compile(r"^\s*([\d,]+) - call _Z\d+(?:atomic|atom)_(\w+?)PU3AS1V([ijlm])")
+
+
 def _vcall_bytes(m) -> int:
     calls, n = int(m.group(1).replace(",", "")), int(m.group(5) or 1)
     if m.group(3) and n == 3:  # vloada_half3 / vstorea_half3 move four halves
@@ -159,6 +165,12 @@ def parse_counts(text: str) -> list[KernelTraffic]:
         m = re.match(r"Instructions executed for kernel '([^']+)'", line)
         if m:
             out.append(KernelTraffic(m.group(1)))
+            continue
+        a = _ATOMIC.match(line)
+        if a and out:
+            nbytes = int(a.group(1).replace(",", "")) * _ELEM_BYTES[a.group(3)]
+            out[-1].loaded += 0 if a.group(2) == "xchg" else nbytes
+            out[-1].stored += nbytes
             continue
         m = _COUNT.match(line)
         v = None if m else _VCALL.match(line)
