@@ -137,7 +137,7 @@ def test_every_topk_implementation_on_narrow_and_unsigned_keys():
                 for g, w in zip(got, reference("topk", x, k=k)):
                     np.testing.assert_array_equal(g, w, err_msg=f"{dtype} {impl} {shape}")
                 ran.add(impl)
-    assert ran == {"topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
+    assert ran == {"topk_warp", "topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
 
 
 def test_conv2d_same_lower_puts_the_odd_padding_first(target):

@@ -38,9 +38,10 @@ def topk_sources():
         f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=300, is_ascend=asc,
                           target="cuda -arch=sm_90")  # radix, bitonic, merge
         yield from f.sources.items()
-        f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=10, is_ascend=asc, dtype="int64",
-                          target="cuda -arch=sm_90")
-        yield from ((key, src) for key, src in f.sources.items() if key.startswith("topk_group"))
+        for impl in ("topk_warp", "topk_group"):
+            f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=10, is_ascend=asc,
+                              dtype="int64", target="cuda -arch=sm_90", impl=impl)
+            yield from ((key, src) for key, src in f.sources.items() if key.startswith(impl))
     for dtype in ["float16", "float32", "int64"]:
         f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=128, target="cuda -arch=sm_90")
         yield from ((key, src) for key, src in f.sources.items() if key.startswith("topk_group"))

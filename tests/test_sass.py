@@ -206,6 +206,33 @@ def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl
                              none=("LDL", "STL"), what=f"conv2d {impl}/{key} {dtype} {dl} {arch}")
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_small_k_topk_keeps_its_lists_in_registers(sass_or_skip, arch):
+    """topk_warp (k <= 16): a 0-byte stack frame, no LDL/STL, no barrier, SHFL merges; on the
+    bench case (4096 x 1024, k=8) and the widest lists (float64 keys, 64-bit indices, k=16)."""
+    for dtype, k, index in (("float32", 8, "auto"), ("float64", 16, "int64")):
+        t = gpucg.tensor((4096, 1024), dtype)
+        got = {r.kernel: r for r in res.resources("topk", t, target=f"cuda -arch={arch}",
+                                                  impl="topk_warp", sass=True, k=k, index=index)}
+        assert set(got) == {"emit"}, got.keys()
+        r = got["emit"]
+        assert r.stack == 0 and r.spill_loads == r.spill_stores == 0, (dtype, arch, r)
+        sass.assert_sass(r.sass, has=("SHFL",), none=("LDL", "STL", "BAR"),
+                         what=f"topk topk_warp {dtype} k={k} {arch}")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_radix_select_reads_128_bits_and_scans_by_shuffles(sass_or_skip, arch):
+    """topk_radix (k=1000 of 2^24): its pass kernel reads the data 128 bits at a time
+    (LDG.128, taken for aligned contiguous rows), its digit scan is a block scan on SHFL with
+    3 barriers at most; no local memory."""
+    got = mixes("topk", gpucg.tensor((1, 1 << 24), "float32"), impl="topk_radix", arch=arch,
+                k=1000)
+    sass.assert_sass(got["hist"], has=("LDG.128",), none=("LDL", "STL"), what=f"radix hist {arch}")
+    sass.assert_sass(got["scan"], has=("SHFL",), none=("LDL", "STL"), what=f"radix scan {arch}")
+    assert got["scan"]["BAR"] <= 3, got["scan"]["BAR"]
+
+
 #: attention's tensor-core forward (flash_mma) as selected on CUDA for prefill: (dtype, D, attrs)
 FLASH = [("float16", 64, {"causal": True}), ("float16", 128, {}),
          ("bfloat16", 80, {"layout": "BSHD"}), ("float32", 128, {"allow_tf32": True})]

@@ -188,14 +188,15 @@ def test_every_opencl_implementation_and_the_wide_variants(device):
                                       index=index)
                     same(f(x), reference("topk", x, k=k, is_ascend=asc))
                 ran.add(impl)
-    assert ran == {"topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
+    assert ran == {"topk_warp", "topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
 
 
 # -- selection and dispatch -------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape,k,want", [
-    ((4096, 1024), 8, "topk_group"),     # small k: per-work-item lists, work-group merge
-    ((1, 1 << 24), 10, "topk_group"),    # one long row: split over work-groups, then merged
+    ((4096, 1024), 8, "topk_warp"),      # small k: lists in registers, warp shuffle merge
+    ((1, 1 << 24), 10, "topk_warp"),     # one long row: split over warps, then merged
+    ((4096, 1024), 100, "topk_group"),   # k <= 128: per-work-item lists, work-group merge
     ((1, 1 << 24), 1000, "topk_radix"),  # large k on a long row
     ((256, 262144), 256, "topk_radix"),
     ((16, 3000), 500, "topk_radix"),     # few rows: radix even on shorter rows
@@ -203,7 +204,8 @@ def test_every_opencl_implementation_and_the_wide_variants(device):
     ((64, 4096), 4096, "sort_bitonic"),  # a full sort of rows that fit
     ((64, 20000), 0, "sort_merge"),      # rows longer than a block
     ((8, 100), 100, "sort_bitonic"),     # k == n
-    ((8, 10), 8, "sort_bitonic"),        # n < 2K: group selection would not pay
+    ((8, 10), 8, "topk_warp"),           # n < 2K: a warp's few shuffles, not a sort
+    ((8, 20), 20, "sort_bitonic"),       # k > 16, n < 2K: group selection would not pay
 ])
 def test_selection_by_shape(shape, k, want):
     sel = gpucg.explain("topk", gpucg.tensor(shape, "float32"), k=k, target="cuda")

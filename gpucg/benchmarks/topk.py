@@ -22,6 +22,8 @@ CASES = [("(1, 2^24) k=10", (1, 1 << 24), 10), ("(1, 2^24) k=1000", (1, 1 << 24)
          ("(4096, 1024) k=8", (4096, 1024), 8), ("(256, 262144) k=256", (256, 262144), 256),
          ("(64, 4096) k=4096 (full sort)", (64, 4096), 4096)]
 CPU_CASES = [("(1, 2^22) k=100", (1, 1 << 22), 100)]
+#: an implementation a newer one replaced, timed beside it in the same process (forced)
+BEFORE = {"topk_warp": "topk_group"}
 
 
 def numpy_topk(x: np.ndarray, k: int):
@@ -57,6 +59,12 @@ def _ours(x: np.ndarray, k: int, want: np.ndarray, repeat: int, targets):
         ok = np.array_equal(be.to_host(values), want)
         t = float(np.median(be.time(lambda: f(xd), repeat=repeat, warmup=1)))
         rows.append((f"gpucg {target} [{f.last_impl}]", t, ok))
+        old = BEFORE.get(f.last_impl.rsplit(".", 1)[0])
+        if old:
+            g = gpucg.compile("topk", gpucg.tensor(x.shape, "float32"), k=k, target=target, impl=old)
+            ok = np.array_equal(be.to_host(g(xd)[0]), want)
+            t = float(np.median(be.time(lambda: g(xd), repeat=repeat, warmup=1)))
+            rows.append((f"gpucg {target} [{g.last_impl}] (before)", t, ok))
     return rows
 
 

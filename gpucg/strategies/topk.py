@@ -6,21 +6,23 @@ kernel orders elements by (order key, index), which is unique, so all implementa
 same, stable result.
 
 GPU implementations, by plevel:
+  topk_warp     k <= 16 (static), any n: as topk_group, the lists in registers, merged by
+                warp shuffles (gpucg/strategies/topk_select.py).
   topk_group    k <= 128 (static) and n >= 2K (K: k rounded up to a power of two): each
                 work-item keeps its best K in private memory, the work-group merges them in
                 local memory; rows are split over several work-groups when there are few,
                 and the candidates are merged by the same kernel.
   topk_radix    k > 128, n >= max(2048, 2k) and (n >= 8192 or rows <= 32): radix select, 8 bits a
-                pass over (key, index) with an early stop, several work-groups per row; the k
-                winners are filtered into a buffer and only they are sorted.
+                pass over (key, index), several work-groups per row, every decision on the
+                device; passes 0 and 1 read the data, later ones only the survivors the pass
+                before kept; winners are filtered into a buffer as their bucket is passed over,
+                and only they are sorted. Reads: about twice the data.
   sort_bitonic  n <= one block (4096 pairs; 2048 for 64-bit keys): one work-group sorts a row
                 in local memory.
   sort_merge    always: blocks sorted by bitonic sort, then merge passes (merge by rank).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import sympy
@@ -29,12 +31,13 @@ from ..half import widen
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.topk import kept, stable_order, view
+from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
 from ..strategy import Strategy, only
 from .sort_radix import radix_sort
+from .topk_select import GROUP_K_MAX, Problem, add_small_k, problem
 
-GROUP_K_MAX = 128
 RADIX_N_MIN = 8192
 RADIX_FEW_ROWS = 32
 RADIX_FEW_ROWS_N_MIN = 2048
@@ -59,48 +62,9 @@ def block_size(kbits: int) -> int:
     return 4096 if kbits <= 32 else 2048
 
 
-def group_k(k: int) -> int:
-    """k rounded up to a power of two: the length of each work-item's private list."""
-    return 1 << max(0, int(k) - 1).bit_length()
-
-
-@dataclass
-class _Problem:
-    data: object
-    n: int
-    inner: int
-    rows: int
-    k: int
-    values: object
-    indices: object
-    ukey: np.dtype  # the unsigned dtype of the data's width: order keys are stored in it
-
-
-def _problem(ctx) -> _Problem | None:
-    data = ctx.inputs[0]
-    v = view(ctx.attrs)
-    axis = normalize_axis(v.axis, data.ndim)
-    outer, n, inner = split_axis(tuple(int(d) for d in data.shape), axis)
-    k = kept(n, v)
-    names = {"both": ("values", "indices"), "values": ("values",), "indices": ("indices",)}[v.ret_type]
-    outs = dict(zip(names, ctx.outputs))
-    if k == 0 or outer * inner == 0:
-        return None
-    shape = list(data.shape)
-    shape[axis] = k
-    values = outs.get("values")
-    if values is None:
-        values = ctx.empty(tuple(shape), data.dtype)
-    indices = outs.get("indices")
-    if indices is None:
-        indices = ctx.empty(tuple(shape), np.dtype(v.index_dtype))
-    return _Problem(data, n, inner, outer * inner, k, values, indices,
-                    np.dtype(f"u{np.dtype(data.dtype).itemsize}"))
-
-
 # -- running --------------------------------------------------------------------------------
 
-def _sort_rows(ctx, p: _Problem, pairs, n_row: int, sort, blocks, merge, merge_emit) -> None:
+def _sort_rows(ctx, p: Problem, pairs, n_row: int, sort, blocks, merge, merge_emit) -> None:
     """Sort every row (of the data, or of n_row candidate pairs) and emit the first k.
 
     ``pairs`` is None to sort the data itself, else (keys, indices) buffers of rows x n_row.
@@ -134,41 +98,19 @@ def _sort_rows(ctx, p: _Problem, pairs, n_row: int, sort, blocks, merge, merge_e
 
 
 def _bitonic_run(ctx, sort) -> None:
-    p = _problem(ctx)
+    p = problem(ctx)
     if p is not None:
         _sort_rows(ctx, p, None, p.n, sort, None, None, None)
 
 
 def _merge_run(ctx, sort, blocks, merge, merge_emit) -> None:
-    p = _problem(ctx)
+    p = problem(ctx)
     if p is not None:
         _sort_rows(ctx, p, None, p.n, sort, blocks, merge, merge_emit)
 
 
-def _group_run(ctx, emit, split, emit_pairs, split_pairs) -> None:
-    p = _problem(ctx)
-    if p is None:
-        return
-    s = ctx.size
-    kk = ctx.fixed["K"]  # the private list length the kernels were compiled for
-    wg = ctx.config["wg"]
-    chunk_items, groups = ctx.config["chunk_items"], ctx.config["groups"]
-    n_cur, pairs, last, part = p.n, (), emit, split
-    while True:
-        splits = max(1, min(ceil_div(groups, p.rows), ceil_div(n_cur, wg * chunk_items)))
-        if splits == 1:
-            last(p.data, *pairs, p.values, p.indices, s(p.inner), s(n_cur), s(p.n), s(p.k), s(1),
-                 grid=p.rows, block=wg)
-            return
-        m = splits * kk
-        out = (ctx.empty((p.rows * m,), p.ukey), ctx.empty((p.rows * m,), ctx.idx))
-        part(p.data, *pairs, *out, s(p.inner), s(n_cur), s(p.n), s(kk), s(splits),
-             grid=p.rows * splits, block=wg)
-        n_cur, pairs, last, part = m, out, emit_pairs, split_pairs
-
-
-def _radix_run(ctx, init, hist, scan, collect, cand_sort, cand_blocks, merge, merge_emit) -> None:
-    p = _problem(ctx)
+def _radix_run(ctx, init, hist, scan, cand_sort, cand_blocks, merge, merge_emit) -> None:
+    p = problem(ctx)
     if p is None:
         return
     s = ctx.size
@@ -176,22 +118,23 @@ def _radix_run(ctx, init, hist, scan, collect, cand_sort, cand_blocks, merge, me
     chunk = wg * ctx.config["chunk_items"]
     chunks = ceil_div(p.n, chunk)
     kbits = np.dtype(p.ukey).itemsize * 8
-    ibits = 64 if ctx.wide else 32
-    st_key = ctx.empty((2 * p.rows,), p.ukey)
-    st_lo = ctx.empty((4 * p.rows,), np.uint64 if ctx.wide else np.uint32)
-    counts = ctx.empty((257 * p.rows,), np.uint32)
-    init(st_key, st_lo, counts, s(p.k), grid=p.rows, block=RADIX_WG)
-    for pass_ in range((kbits + ibits) // 8):
-        if pass_ == kbits // 8:
-            # early stop for the index bits: most rows are decided by the key bits alone
-            if ctx.backend.to_host(st_lo)[3::4].all():
-                break
-        hist(p.data, st_key, st_lo, counts, s(p.inner), s(p.n), s(chunks), np.int32(pass_),
-             grid=p.rows * chunks, block=wg)
-        scan(st_key, st_lo, counts, np.int32(pass_), grid=p.rows, block=RADIX_WG)
+    passes = (kbits + (64 if ctx.wide else 32)) // 8
+    cap = ceil_div(p.n, RADIX_KEEP)
+    st_key = ctx.empty((4 * p.rows,), p.ukey)
+    st_lo = ctx.empty((8 * p.rows,), np.uint64 if ctx.wide else np.uint32)
+    counts = ctx.empty((RADIX_HS * p.rows,), np.uint32)
+    survivors = (ctx.empty((2 * p.rows * cap,), p.ukey), ctx.empty((2 * p.rows * cap,), ctx.idx))
     cand = (ctx.empty((p.rows * p.k,), p.ukey), ctx.empty((p.rows * p.k,), ctx.idx))
-    collect(p.data, st_key, st_lo, counts, *cand, s(p.inner), s(p.n), s(p.k), s(chunks),
-            grid=p.rows * chunks, block=wg)
+    # the data's passes read 128 bits at a time where rows are contiguous and 16-byte aligned
+    vec = p.inner == 1 and alignment_of(p.data) % 16 == 0 and (p.rows == 1 or p.n * kbits % 128 == 0)
+    init(st_key, st_lo, counts, s(p.k), grid=p.rows, block=RADIX_WG)
+    # every pass launches: a row decided early (most are, by the key bits) skips the rest on
+    # the device, so nothing is read back; the pass after the last collects the last winners
+    for pass_ in range(passes + 1):
+        hist(p.data, st_key, st_lo, counts, *survivors, *cand, s(p.inner), s(p.n), s(p.k),
+             s(chunks), s(cap), np.int32(pass_), np.int32(vec), grid=p.rows * chunks, block=wg)
+        if pass_ < passes:
+            scan(st_key, st_lo, counts, np.int32(pass_), grid=p.rows, block=RADIX_WG)
     _sort_rows(ctx, p, cand, p.k, cand_sort, cand_blocks, merge, merge_emit)
 
 
@@ -199,6 +142,12 @@ def _radix_run(ctx, init, hist, scan, collect, cand_sort, cand_blocks, merge, me
 
 #: the radix select's per-row kernels run one work-group of 256, one work-item per digit
 RADIX_WG = 256
+#: words of counts a row: 256 digits, the candidates' fill, the two survivor buffers' fills,
+#: the survivors of the next two passes
+RADIX_HS = 262
+#: a survivor buffer holds n / RADIX_KEEP pairs a row; a pass whose survivors do not fit reads
+#: the data again (the first byte of float keys is skewed: over 1/256 of a row may share it)
+RADIX_KEEP = 16
 
 
 def _bitonic(from_pairs: bool, emit: bool, doc: str) -> Kernel:
@@ -207,21 +156,6 @@ def _bitonic(from_pairs: bool, emit: bool, doc: str) -> Kernel:
 
 def _merge(emit: bool, doc: str) -> Kernel:
     return Kernel("topk/merge.j2", {"emit": emit}, lambda p: {"wg": p["merge_wg"]}, doc)
-
-
-def _select_spills(p: dict) -> str:
-    return ("each work-item's private best-K list (K keys and K indices, K=128) outgrows the "
-            "255 registers a thread may have" if p["K"] >= 128 else "")
-
-
-def _select_occupancy(p: dict) -> str:
-    return (f"the private lists of K={p['K']} take most registers and the wg*K pairs of the "
-            "merge fill the shared memory of a block of few threads" if p["K"] >= 64 else "")
-
-
-def _select(from_pairs: bool, emit: bool, doc: str) -> Kernel:
-    return Kernel("topk/select.j2", {"from_pairs": from_pairs, "emit": emit}, doc=doc,
-                  spills=_select_spills, low_occupancy=_select_occupancy)
 
 
 def _chunk(p: dict) -> dict:
@@ -239,21 +173,13 @@ SORT_MERGE = kernel_impl(
     sort=_bitonic(False, True, "one work-group sorts a row that fits one block"),
     blocks=_bitonic(False, False, "each work-group sorts one block of a row into a sorted run"),
     **_MERGE_KERNELS)
-TOPK_GROUP = kernel_impl(
-    "topk_group", _group_run,
-    emit=_select(False, True, "private best-K lists merged in local memory; writes the top k"),
-    split=_select(False, False, "the best K of one segment of a row, as candidate pairs"),
-    emit_pairs=_select(True, True, "the top k of the candidates of each row"),
-    split_pairs=_select(True, False, "the best K of one segment of the candidates"))
 TOPK_RADIX = kernel_impl(
     "topk_radix", _radix_run,
     init=Kernel("topk/radix_init.j2", {"wg": RADIX_WG}, doc="start every row's search"),
     hist=Kernel("topk/radix_hist.j2", derive=_chunk,
-                doc="count the next 8-bit digit of the elements still in the bucket"),
+                doc="one pass over a row's survivors: winners out, the next digit counted"),
     scan=Kernel("topk/radix_scan.j2", {"wg": RADIX_WG},
                 doc="find the digit whose bucket holds the k-th element"),
-    collect=Kernel("topk/radix_collect.j2", derive=_chunk,
-                   doc="copy the k chosen elements of each row into its candidate buffer"),
     cand_sort=_bitonic(True, True, "sort the k candidates of a row in one block"),
     cand_blocks=_bitonic(True, False, "sort one block of the candidates of a row"),
     **_MERGE_KERNELS)
@@ -269,7 +195,7 @@ def _sort_space(block: int, on_cpu: bool) -> ConfigSpace:
 
 
 def gpu_strategy(attrs, inputs, outputs, target):
-    """topk_group for small k, topk_radix for large k on long rows, else a sort."""
+    """topk_warp or topk_group for small k, topk_radix for large k on long rows, else a sort."""
     (data,) = inputs
     v = view(attrs)
     outer, n, inner = split_axis(data.shape, v.axis)
@@ -279,19 +205,8 @@ def gpu_strategy(attrs, inputs, outputs, target):
     block = block_size(keyp["kbits"])
     sort_space = _sort_space(block, on_cpu)
     s = Strategy(target)
-    if 1 <= v.k <= GROUP_K_MAX:
-        kk = group_k(v.k)
-        wg_max = max(16, min(256, block // kk))  # wg * K pairs fit one sort block
-        wgs = tuple(w for w in (1, 4, 16, 32, 64, 128, 256) if w <= wg_max)
-        # a CPU core runs a work-item of one best scanning its own stretch of a row
-        # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
-        s.add(TOPK_GROUP, 12, condition=n >= 2 * kk, fixed=dict(keyp, K=kk),
-              space=ConfigSpace({"wg": wgs, "chunk_items": (16, 64, 256, 1024),
-                                 "groups": (2, 4, 16, 64, 256, 1024)},
-                                {"wg": 1 if on_cpu else wg_max, "chunk_items": 1024 if on_cpu else 16,
-                                 "groups": 4 if on_cpu else 1024}))
-    elif v.k > GROUP_K_MAX:
-        s.exclude(TOPK_GROUP, 12, f"needs k <= {GROUP_K_MAX} (k is {v.k})")
+    if v.k >= 1:
+        add_small_k(s, v.k, n, keyp, block, on_cpu)
     if v.k > GROUP_K_MAX:
         space = ConfigSpace({**sort_space.knobs, "chunk_items": (4, 16, 64, 256)},
                             dict(sort_space.default, chunk_items=256 if on_cpu else 16),
@@ -392,7 +307,7 @@ TOPK_PARTITION = host_impl("topk_partition", _host_run)
 host_strategy = only(TOPK_PARTITION)
 
 
-SORT_RADIX, with_radix_sort = radix_sort(_problem, key_params)
+SORT_RADIX, with_radix_sort = radix_sort(problem, key_params)
 
 STRATEGIES = {op: {"gpu": with_radix_sort(gpu_strategy), "cpu": host_strategy}
               for op in ("topk", "sort", "argsort")}
