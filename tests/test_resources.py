@@ -197,7 +197,7 @@ def test_cli_resources_table_and_json(nvrtc_or_skip, capsys):
             "--attr", "k=5", "--arch", "sm_86"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "topk_group.cuda*" in out and "regs" in out and "occ" in out and "sort_merge" in out
+    assert "topk_warp.cuda*" in out and "regs" in out and "occ" in out and "sort_merge" in out
     assert cli.main(args + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert {r["kernel"] for r in rows if r["impl"] == "topk_group.cuda"} >= {"emit"}
