@@ -260,8 +260,15 @@ _LOOKBACK_CALLS = [("cumsum", "bool", None, False, False), ("cumprod", "int32", 
                    ("cumsum", "float32", "float64", True, False)]
 
 
+#: the calls CI runs on each look-back scan (a 1-byte, a 32-bit integer product with both
+#: flags, a widening float sum); the others are the exhaustive tier (PoCL builds each in 5-25 s)
+_LOOKBACK_CI = {0, 1, 8}
+
+
 @pytest.mark.parametrize("impl", ["scan_lookback", "scan_cols_lookback"])
-@pytest.mark.parametrize("op,dtype,out,exclusive,reverse", _LOOKBACK_CALLS)
+@pytest.mark.parametrize("op,dtype,out,exclusive,reverse", [
+    c if i in _LOOKBACK_CI else pytest.param(*c, marks=pytest.mark.exhaustive)
+    for i, c in enumerate(_LOOKBACK_CALLS)])
 def test_lookback_every_dtype_reverse_and_exclusive(impl, op, dtype, out, exclusive, reverse):
     """The look-back scans forced, one symbolic compile a call: rows (columns) of length 0, 1,
     a tile and a bit, many tiles."""
@@ -277,7 +284,7 @@ def test_lookback_every_dtype_reverse_and_exclusive(impl, op, dtype, out, exclus
         assert f.last_impl == f"{impl}.opencl"
 
 
-@pytest.mark.parametrize("index", ["int32", "int64"])
+@pytest.mark.parametrize("index", ["int32", pytest.param("int64", marks=pytest.mark.exhaustive)])
 def test_lookback_many_work_groups_at_once_on_pocl(index):
     """Tiles of 64 elements: a 1-D scan of 2^20 + 3 (16385 work-groups) and 6 rows of 70001,
     PoCL running the groups on all its threads at once, so the look-back spins on
