@@ -16,23 +16,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..errors import DTypeError
+from ..half import HALF_DTYPES
+from ..shape import DTYPES
 
 #: bytes one vector access moves
 WORD = 16
-_SIZES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2,
-          "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8,
-          "float64": 8}
 _COMP = "xyzw"
 
 
 def itemsize(dtype: str) -> int:
     """Bytes of one element of a whitelisted dtype (16-bit floats: their storage)."""
-    try:
-        return _SIZES[dtype]
-    except KeyError:
-        raise DTypeError(f"dtype {dtype!r} has no vector access; allowed: "
-                         f"{', '.join(_SIZES)}") from None
+    if dtype not in DTYPES:
+        raise DTypeError(f"dtype {dtype!r} has no vector access; allowed: {', '.join(DTYPES)}")
+    return 2 if dtype in HALF_DTYPES else np.dtype(dtype).itemsize
 
 
 def lanes(dtype: str) -> int:
