@@ -1,0 +1,108 @@
+"""Run `gpucg bench FAMILY` from two checkouts of gpucg, interleaved, and compare them.
+
+    python benchmarks/before_after.py --before /path/old --after /path/new \
+        [--rounds 3] [--repeat 5] [--targets opencl] [--quick] scan topk reduce softmax conv2d
+
+Each round runs every family once from each checkout (the order of the two alternates between
+rounds, so drift in the machine's load falls on both), each in its own interpreter with
+PYTHONPATH set to that checkout and a kernel cache of its own. Two checkouts cannot share one
+process (both are the package ``gpucg``), so "one run" here is one command that interleaves
+them. For each row gpucg prints (a case and an implementation label on a target), the table
+gives the best time over the rounds from each checkout, after/before, and the noise: the
+larger spread (max/min) of either checkout's own times over the rounds. A row is flagged
+"slower" only when after/before exceeds that noise. Peers (NumPy, torch) are timed by both
+checkouts too, which shows how much the machine itself moved between the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+
+
+def _run(tree: str, family: str, args, cache: str) -> list[dict]:
+    env = dict(os.environ, PYTHONPATH=tree, GPUCG_CACHE_DIR=cache)
+    base = [sys.executable, "-m", "gpucg.cli", "bench", family]
+    usage = subprocess.run(base + ["--help"], env=env, cwd=tree, capture_output=True,
+                           text=True).stdout
+    # the options a family's parser takes differ between versions: pass those it knows
+    cmd = base + ["--json", "--repeat", str(args.repeat)] + (["--quick"] * args.quick)
+    cmd += ["--no-traffic"] * ("--no-traffic" in usage)
+    cmd += ["--targets", args.targets] * ("--targets" in usage)
+    out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} in {tree} failed ({out.returncode}):\n"
+                         f"{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    start = out.stdout.rfind("\n{")
+    if start < 0:
+        raise SystemExit(f"no JSON in the output of {' '.join(cmd)} in {tree}")
+    return json.loads(out.stdout[start + 1:])["results"]
+
+
+def _key(row: dict) -> tuple:
+    """(case, label without the implementation's name): the same row of both checkouts even
+    where the implementation chosen for it changed; the name is kept apart."""
+    label = str(row.get("impl", row.get("label", "")))
+    return (str(row.get("case", "")), label.split(" [")[0].strip())
+
+
+def _impl(row: dict) -> str:
+    label = str(row.get("impl", row.get("label", "")))
+    return label.split(" [", 1)[1].rstrip("]") if " [" in label else ""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--before", required=True, help="checkout of the old gpucg")
+    p.add_argument("--after", required=True, help="checkout of the new gpucg")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--targets", default="opencl,numpy")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("families", nargs="+")
+    args = p.parse_args(argv)
+    trees = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.after)}
+    times: dict = defaultdict(lambda: defaultdict(list))
+    impls: dict = defaultdict(dict)
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
+            for family in args.families:
+                for side in order:
+                    for row in _run(trees[side], family, args, os.path.join(tmp, side)):
+                        if "seconds" in row:
+                            times[(family,) + _key(row)][side].append(row["seconds"])
+                            impls[(family,) + _key(row)][side] = _impl(row)
+                print(f"round {r + 1}/{args.rounds}: {family} done", file=sys.stderr, flush=True)
+    print(f"before: {trees['before']}\nafter:  {trees['after']}\n"
+          f"{args.rounds} interleaved rounds, --repeat {args.repeat}, targets {args.targets}\n")
+    print(f"{'family':<8} {'case':<34} {'row':<22} {'before ms':>10} {'after ms':>10} "
+          f"{'after/before':>12} {'noise':>6}  implementation (before -> after)")
+    slower = 0
+    for key in sorted(times):
+        t = times[key]
+        if not t["before"] or not t["after"]:
+            print(f"{key[0]:<8} {key[1][:34]:<34} {key[2][:22]:<22} only in "
+                  f"{'after' if t['after'] else 'before'}")
+            continue
+        b, a = min(t["before"]), min(t["after"])
+        noise = max(max(v) / min(v) for v in t.values())
+        flag = "slower" if a / b > noise and a / b > 1.05 else ""
+        slower += bool(flag)
+        names = impls[key]
+        which = (names["before"] if names["before"] == names["after"]
+                 else f"{names['before']} -> {names['after']}")
+        print(f"{key[0]:<8} {key[1][:34]:<34} {key[2][:22]:<22} {b * 1e3:10.3f} {a * 1e3:10.3f} "
+              f"{a / b:12.2f} {noise:6.2f}  {which} {flag}")
+    print(f"\nrows slower beyond the noise (after/before > either side's own spread and > 1.05): "
+          f"{slower}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
