@@ -48,6 +48,8 @@ RADIX_SORT_N_MAX = (1 << 30) - 1
 WG = 256
 #: tiles of a digit pass one histogram work-group counts
 HIST_TILES = 8
+#: on a CPU device the radix sort is taken for at most this many rows (see :func:`add`)
+CPU_ROWS_MAX = 64
 
 
 def _tile(p: dict) -> dict:
@@ -124,29 +126,23 @@ def traffic_bound(rows: int, n: int, key_bytes: int, index_bytes: int, out_index
     return keys, 4 * words
 
 
-def radix_sort(problem, key_params):
-    """The radix sort's declaration, and a wrapper of topk's GPU strategy that offers it for
-    long rows; from strategies/topk.py's ``problem(ctx)`` (the call's rows, outputs, key
-    type) and ``key_params`` (the order key's template parameters), so that this module does
-    not import that one."""
+def declare(problem):
+    """The radix sort's declaration, from topk_select's ``problem(ctx)`` (the call's rows,
+    outputs and key type)."""
     def run(ctx, zero, hist, first, middle, last, only):
         _run(problem(ctx), ctx, zero, hist, first, middle, last, only)
 
-    decl = kernel_impl("sort_radix", run, **KERNELS)
+    return kernel_impl("sort_radix", run, **KERNELS)
 
-    def with_radix_sort(strategy):
-        def gpu_strategy(attrs, inputs, outputs, target):
-            s = strategy(attrs, inputs, outputs, target)
-            (data,) = inputs
-            v = view(attrs)
-            n = split_axis(data.shape, v.axis)[1]
-            keyp = key_params(data.dtype, v.ascend, v.index_dtype)
-            # above the merge path (plevel 5) on GPUs; below it on a CPU device, where PoCL
-            # ran it 1.2-2.4x slower on rows of 2^16-2^20 (emulated warp scans, spinning
-            # work-groups on 2 loaded cores), though 3.7x faster on one row of 2^24
-            s.add(decl, 4 if target.on_cpu else 8, fixed=dict(keyp, wg=WG, digits=keyp["kbits"] // 8),
-                  space=_space(keyp["kbits"]),
-                  condition=sympy.And(n >= RADIX_SORT_N_MIN, n <= RADIX_SORT_N_MAX))
-            return s
-        return gpu_strategy
-    return decl, with_radix_sort
+
+def add(s, decl, n, rows, keyp: dict, on_cpu: bool) -> None:
+    """Offer the radix sort to the strategy ``s`` for rows of ``n`` elements (``keyp``: the
+    order key's template parameters). On a GPU it ranks above the merge path (plevel 5) for
+    RADIX_SORT_N_MIN <= n <= RADIX_SORT_N_MAX. On a CPU device (PoCL) it ranks above the
+    merge path only for at most CPU_ROWS_MAX rows: argsort on 2 cores, quiet, radix/merge
+    time 0.15-0.29 for one row of 2^15-2^23 and 0.21-0.26 for 16 x 2^18 and 64 x 2^16, but
+    1.31 for 256 x 2^15 (many short rows: a work-group a tile, spinning on its predecessors)."""
+    cond = sympy.And(n >= RADIX_SORT_N_MIN, n <= RADIX_SORT_N_MAX)
+    s.add(decl, 6 if on_cpu else 8, fixed=dict(keyp, wg=WG, digits=keyp["kbits"] // 8),
+          space=_space(keyp["kbits"]),
+          condition=sympy.And(cond, rows <= CPU_ROWS_MAX) if on_cpu else cond)

@@ -19,6 +19,8 @@ GPU implementations, by plevel:
                 and only they are sorted. Reads: about twice the data.
   sort_bitonic  n <= one block (4096 pairs; 2048 for 64-bit keys): one work-group sorts a row
                 in local memory.
+  sort_radix    2^15 <= n < 2^30 (on a CPU device also rows <= 64): the onesweep LSD radix
+                sort, 8 bits a pass (gpucg/strategies/sort_radix.py).
   sort_merge    always: blocks sorted by bitonic sort, then merge passes (merge by rank).
 """
 
@@ -35,7 +37,7 @@ from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
 from ..strategy import Strategy, only
-from .sort_radix import radix_sort
+from . import sort_radix
 from .topk_select import GROUP_K_MAX, Problem, add_small_k, problem
 
 RADIX_N_MIN = 8192
@@ -194,6 +196,9 @@ def _sort_space(block: int, on_cpu: bool) -> ConfigSpace:
         constraint=lambda c: c["wg"] * c["items"] == block)
 
 
+SORT_RADIX = sort_radix.declare(problem)
+
+
 def gpu_strategy(attrs, inputs, outputs, target):
     """topk_warp or topk_group for small k, topk_radix for large k on long rows, else a sort."""
     (data,) = inputs
@@ -218,6 +223,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     elif v.k >= 1:
         s.exclude(TOPK_RADIX, 10, f"needs k > {GROUP_K_MAX} (k is {v.k})")
     s.add(SORT_BITONIC, 9, condition=n <= block, space=sort_space, fixed=keyp)
+    sort_radix.add(s, SORT_RADIX, n, rows, keyp, on_cpu)
     s.add(SORT_MERGE, 5, space=sort_space, fixed=keyp)
     return s
 
@@ -307,7 +313,5 @@ TOPK_PARTITION = host_impl("topk_partition", _host_run)
 host_strategy = only(TOPK_PARTITION)
 
 
-SORT_RADIX, with_radix_sort = radix_sort(problem, key_params)
-
-STRATEGIES = {op: {"gpu": with_radix_sort(gpu_strategy), "cpu": host_strategy}
+STRATEGIES = {op: {"gpu": gpu_strategy, "cpu": host_strategy}
               for op in ("topk", "sort", "argsort")}
