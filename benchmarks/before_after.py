@@ -19,10 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+
+
+#: the implementation's name in a row's label: "gpucg opencl [scan_chunked.opencl]"
+_IMPL = re.compile(r" ?\[([^\]]*)\]")
 
 
 def _run(tree: str, family: str, args, cache: str) -> list[dict]:
@@ -48,12 +53,12 @@ def _key(row: dict) -> tuple:
     """(case, label without the implementation's name): the same row of both checkouts even
     where the implementation chosen for it changed; the name is kept apart."""
     label = str(row.get("impl", row.get("label", "")))
-    return (str(row.get("case", "")), label.split(" [")[0].strip())
+    return (str(row.get("case", "")), " ".join(_IMPL.sub("", label).split()))
 
 
 def _impl(row: dict) -> str:
-    label = str(row.get("impl", row.get("label", "")))
-    return label.split(" [", 1)[1].rstrip("]") if " [" in label else ""
+    found = _IMPL.search(str(row.get("impl", row.get("label", ""))))
+    return found.group(1) if found else ""
 
 
 def main(argv=None) -> int:
