@@ -1,5 +1,6 @@
 """Scaled dot-product attention found in the lowered calls: MatMul(Q, K^T), times or divided
-by a constant, plus a mask (additive, or a Where with -inf on a causal pattern, checked on the
+by a constant (or Q and K^T each scaled, by the square root of the scale as torch's dynamo
+exporter writes it: the scale is the product), plus a mask (additive, or a Where with -inf on a causal pattern, checked on the
 mask's values at two probe sizes), Softmax on the last axis, MatMul by V: one
 gpucg.ops.attention (gpucg/onnx/fuse.py runs this pass third)."""
 
@@ -39,9 +40,27 @@ def _leads(g: Graph, ix: Index, value: str, depth: int = 4) -> bool:
                                    if scalar(g, i) is None)
 
 
+def _scaled(g: Graph, c):
+    """(the input, the factor) of a call multiplying or dividing by a one-element constant,
+    else None."""
+    e = c and expr_of(c)
+    if e is None:
+        return None
+    text, ins = str(e), c.inputs
+    consts = [scalar(g, i) for i in ins]
+    if text in ("multiply(x0, x1)", "divide(x0, x1)") and consts[1] is not None or \
+            text == "multiply(x0, x1)" and consts[0] is not None:
+        k = 1 - consts.index(next(v for v in consts if v is not None))
+        f = float(consts[1 - k])
+        return ins[k], (1 / f if text.startswith("divide") else f)
+    return None
+
+
 def _scores(g: Graph, ix: Index, value: str, user):
     """Walk back from the softmax's input over scale, mask and causal Where calls to the
-    MatMul(Q, K^T): (matmul call, scale, mask value, causal, calls taken) or None."""
+    MatMul(Q, K^T), and from there over a scale of Q and of K^T each: (matmul call, its two
+    operands before their scales, the scale (the product of all), mask value, causal, calls
+    taken) or None."""
     scale, mask, causal, taken = 1.0, None, False, []
     for _ in range(3):
         c = ix.producer.get(value)
@@ -49,12 +68,10 @@ def _scores(g: Graph, ix: Index, value: str, user):
         if e is None or ix.only_user(value) is not user:
             break
         text, ins = str(e), c.inputs
-        consts = [scalar(g, i) for i in ins]
-        if text in ("multiply(x0, x1)", "divide(x0, x1)") and consts[1] is not None or \
-                text == "multiply(x0, x1)" and consts[0] is not None:
-            k = 1 - consts.index(next(v for v in consts if v is not None))
-            f = float(consts[1 - k])
-            scale, value = scale * (1 / f if text.startswith("divide") else f), ins[k]
+        scaled = _scaled(g, c)
+        if scaled is not None:
+            value, f = scaled
+            scale *= f
         elif text == "add(x0, x1)" and mask is None and (_leads(g, ix, ins[0]) or
                                                          _leads(g, ix, ins[1])):
             k = 0 if _leads(g, ix, ins[0]) else 1
@@ -72,7 +89,14 @@ def _scores(g: Graph, ix: Index, value: str, user):
     mm = ix.producer.get(value)
     if mm is None or mm.op != "matmul" or mm.attrs or ix.only_user(value) is not user:
         return None
-    return mm, scale, mask, causal, taken
+    operands = list(mm.inputs)
+    for k, name in enumerate(mm.inputs):  # Q and K^T each scaled (by sqrt(scale): dynamo's)
+        scaled = _scaled(g, ix.producer.get(name))
+        if scaled is not None and ix.only_user(name) is mm:
+            operands[k], f = scaled
+            scale *= f
+            taken.append(ix.producer[name])
+    return mm, operands, scale, mask, causal, taken
 
 
 def attention(g: Graph, calls: list) -> list:
@@ -87,8 +111,8 @@ def attention(g: Graph, calls: list) -> list:
         found = _scores(g, ix, x, sm)
         if found is None:
             continue
-        mm, scale, mask, causal, taken = found
-        q, kt, v = mm.inputs[0], mm.inputs[1], mm2.inputs[1]
+        mm, (q, kt), scale, mask, causal, taken = found
+        v = mm2.inputs[1]
         if any(g.type_of(a).ndim != 4 for a in (q, kt, v)) or \
                 not isinstance(g.type_of(q).shape[3], int):
             continue
@@ -97,7 +121,8 @@ def attention(g: Graph, calls: list) -> list:
             continue
         pos = calls.index(mm2)
         kp = ix.producer.get(kt)
-        if kp is not None and kp.op == "transpose" and ix.only_user(kt) is mm and \
+        if kp is not None and kp.op == "transpose" and \
+                any(ix.only_user(kt) is c for c in [mm] + taken) and \
                 kp.attrs.get("axes") is not None:
             axes = list(kp.attrs["axes"])
             axes[2], axes[3] = axes[3], axes[2]
