@@ -70,6 +70,8 @@ class Derivation:
         return simplify_dim(sympy.sympify(expr).xreplace({s: z.dim for s, z in self.sizes.items()}))
 
     def shown_types(self, types) -> tuple:
+        if not self.sizes:
+            return tuple(types)
         return tuple(TensorType(tuple(self.shown(d) for d in t.shape), t.dtype) for t in types)
 
 
