@@ -123,3 +123,5 @@ def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
         assert "gpucg.ops.fused" not in text and "Mul" in text.split("attention(")[0]
     else:
         assert text.count("(Expand)") == 2 and "broadcast_to" not in text
+    if name == "sdpa_dynamo":  # K^T's Reshape, Transpose, Reshape: K read as it is
+        assert "8 of them run as 1 gpucg calls" in text and "K read as it is" in text

@@ -99,6 +99,24 @@ def _scores(g: Graph, ix: Index, value: str, user):
     return mm, operands, scale, mask, causal, taken
 
 
+def _merged(g: Graph, ix: Index, kt: str, readers: list):
+    """(K, the calls) where ``kt`` is Reshape(Transpose(Reshape(K, (B*H, S, D)), (0, 2, 1)),
+    (B, H, D, S)), each step read only by the next (torch's dynamo exporter's K^T), else None."""
+    chain, value = [], kt
+    for op in ("reshape", "transpose", "reshape"):
+        c = ix.producer.get(value)
+        if c is None or c.op != op or not any(ix.only_user(value) is r for r in readers):
+            return None
+        chain.append(c)
+        readers, value = [c], c.inputs[0]
+    k, mid = g.type_of(value).shape, g.type_of(chain[2].outputs[0]).shape
+    if len(k) != 4 or len(mid) != 3 or tuple(mid[1:]) != tuple(k[2:]) or \
+            tuple(chain[1].attrs.get("axes") or ()) != (0, 2, 1) or \
+            tuple(g.type_of(kt).shape) != (k[0], k[1], k[3], k[2]):
+        return None
+    return value, chain
+
+
 def attention(g: Graph, calls: list) -> list:
     for sm in [c for c in calls if c.op == "softmax"]:
         ix = Index(calls, g.results)
@@ -121,28 +139,32 @@ def attention(g: Graph, calls: list) -> list:
             continue
         pos = calls.index(mm2)
         kp = ix.producer.get(kt)
-        if kp is not None and kp.op == "transpose" and \
+        merged = _merged(g, ix, kt, [mm] + taken)
+        k, chain = merged or (kt + "^T", [])
+        if merged is not None:
+            pass  # K itself: the views that made K^T go
+        elif kp is not None and kp.op == "transpose" and \
                 any(ix.only_user(kt) is c for c in [mm] + taken) and \
                 kp.attrs.get("axes") is not None:
             axes = list(kp.attrs["axes"])
             axes[2], axes[3] = axes[3], axes[2]
             kp.attrs["axes"] = tuple(axes)
-            k = kp.outputs[0] = kt + "^T"
+            kp.outputs[0] = k
         else:
-            k = kt + "^T"
             calls.insert(pos, Call("transpose", {"axes": (0, 1, 3, 2)}, [kt], [k], []))
             pos += 1
         kt_shape = g.type_of(kt).shape
-        g.types[k] = type(g.type_of(kt))(kt_shape[:2] + (kt_shape[3], kt_shape[2]),
-                                          g.type_of(kt).dtype)
+        g.types.setdefault(k, type(g.type_of(kt))(kt_shape[:2] + (kt_shape[3], kt_shape[2]),
+                                                   g.type_of(kt).dtype))
         how = ["MatMul(Q, K^T)"] + [f"scale {scale:.6g}"] + (["additive mask"] if mask else []) \
             + (["causal Where(-inf)"] if causal else []) + ["Softmax", "MatMul(V)"]
         new = Call("attention", {"causal": causal, "scale": scale, "layout": "BHSD"},
                    [q, k, v] + ([mask] if mask else []), mm2.outputs,
-                   [n for c in [mm] + taken[::-1] + [sm, mm2] for n in c.nodes],
-                   ["attention pattern: " + " -> ".join(how)])
+                   [n for c in chain[::-1] + [mm] + taken[::-1] + [sm, mm2] for n in c.nodes],
+                   ["attention pattern: " + " -> ".join(how)] +
+                   (["K^T as Reshape, Transpose, Reshape: K read as it is"] if chain else []))
         calls[pos] = new
-        for c in [mm, sm] + taken:
+        for c in [mm, sm] + taken + chain:
             calls.remove(c)
         _in_place(g, calls, new)
     return calls
