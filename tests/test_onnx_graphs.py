@@ -125,3 +125,27 @@ def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
         assert text.count("(Expand)") == 2 and "broadcast_to" not in text
     if name == "sdpa_dynamo":  # K^T's Reshape, Transpose, Reshape: K read as it is
         assert "8 of them run as 1 gpucg calls" in text and "K read as it is" in text
+
+
+def test_torch_dynamo_export_of_sdpa_is_one_attention():
+    """The real exporter's graph (about 3 s), against torch itself: the mirror above holds."""
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    b, s = torch.export.Dim("b"), torch.export.Dim("s")
+    args = tuple(torch.randn(2, 4, 8, 16) for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proto = torch.onnx.export(Sdpa(), args, dynamo=True, opset_version=18,
+                                  dynamic_shapes={n: {0: b, 2: s} for n in "qkv"}).model_proto
+    m = gpucg.onnx.compile(proto, target="numpy")
+    assert "run as 1 gpucg calls" in m.explain() and "scale=0.25" in m.explain()
+    for size in (5, 11):
+        feeds = {n: np.random.default_rng(size).standard_normal((3, 4, size, 16)).astype(
+            np.float32) for n in "qkv"}
+        want = Sdpa()(*(torch.from_numpy(feeds[n]) for n in "qkv")).numpy()
+        np.testing.assert_allclose(m(**feeds), want, rtol=2e-5, atol=2e-6)
