@@ -52,9 +52,13 @@ def _reference(x, attrs):
     return np.full(tuple(int(e) for e in _out(x.shape[-1])), x.shape[-1], x.dtype)
 
 
-gpucg.register_op("probe_sides", num_inputs=1, type_rel=_type, reference=_reference,
-                  input_names=("x",), override=True)
-gpucg.register_strategy("probe_sides", ["cpu"], _strategy, override=True)
+@pytest.fixture(scope="module", autouse=True)
+def _probe():
+    """The probe operator, registered when this module's tests run (not at collection, where
+    the sweeps over every registered operator, tests/test_oclgrind.py's, list them)."""
+    gpucg.register_op("probe_sides", num_inputs=1, type_rel=_type, reference=_reference,
+                      input_names=("x",), override=True)
+    gpucg.register_strategy("probe_sides", ["cpu"], _strategy, override=True)
 
 
 def _array(*shape):
