@@ -18,6 +18,7 @@ from . import codegen, counters as stats, dispatch as _dispatch, half as _half
 from .records import store as _records
 from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
 from .interop import ingest_all, native_kind, wrap
+from .derived import derive
 from .op import get_op
 from .runtime import backend_status, get_backend
 from .shape import TensorType
@@ -92,10 +93,15 @@ class CompiledOp:
                              f"{', '.join(map(repr, INDEX_MODES))}")
         self.index_mode = index
         self.target = resolve(target)
-        self.output_types = self.op.infer(self.input_types, self.attrs)
-        checks = size_checks(self.op, self.input_types, self.attrs)
-        strategy = self.op.strategy(self.attrs, self.input_types, self.output_types,
-                                    target=self.target)
+        names = self.op.input_names[:len(self.input_types)]
+        # derived sizes (floor(h/2 - 1/2) + 1 with h no input's whole dimension) become size
+        # symbols of their own for the type relation, the strategy and the dispatcher
+        derivation = derive(self.input_types, names)
+        types = derivation.types
+        out_types = self.op.infer(types, self.attrs)
+        self.output_types = derivation.shown_types(out_types)
+        checks = size_checks(self.op, types, self.attrs)
+        strategy = self.op.strategy(self.attrs, types, out_types, target=self.target)
         if config is not None and impl is None:
             raise InputError(f"{op_name}: config={config!r} needs impl= (the implementation "
                              "whose knobs it sets)")
@@ -103,13 +109,13 @@ class CompiledOp:
             strategy, check = force(strategy, impl, op_name, self.target, config)
             checks += check
         records = None if config is not None else _records.resolve(records)
-        self.selection: Selection = select(op_name, strategy, self.input_types, self.output_types,
+        self.selection: Selection = select(op_name, strategy, types, out_types,
                                            dataclasses.asdict(self.attrs), self.target, records)
         if backend_status(self.target.backend)[0]:
             self._check_dtypes()
-        names = self.op.input_names[:len(self.input_types)]
         wide = {"auto": None, "int32": False, "int64": True}[index]
-        self.dispatcher_source = _dispatch.generate(self.selection, names, checks, wide)
+        self.dispatcher_source = _dispatch.generate(self.selection, names, checks, wide,
+                                                    derivation)
         code = builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec")
         # the dispatcher checks a call's arrays and decides; it returns the Plan that run takes
         ns = {"_bad_dim": _bad_dim, "_bad_input": _bad_input, "_inputs": self._check_inputs,

@@ -49,12 +49,15 @@ def _tuple(items) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -> str:
+def generate(sel: Selection, input_names, checks=(), wide: bool | None = None,
+             derivation=None) -> str:
     """Python source of ``dispatch(*inputs)`` for a selection.
 
     ``checks`` are :class:`gpucg.op.Constraint` objects the sizes must satisfy; each becomes an
     ``if`` that raises InputError with its message filled in from the actual sizes. ``wide``
     forces 64-bit (True) or 32-bit (False) indexing; None decides it from the sizes.
+    ``derivation``: the :class:`gpucg.derived.Derivation` whose types the selection is for
+    (each derived size a symbol of its own, bound from its dimension, shown in comments).
     """
     from .condition import SpecializedCondition
 
@@ -62,8 +65,10 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -
     for t in sel.input_types:
         symbols |= t.symbols
     params = _param_names(input_names, symbols)
-    ins = ", ".join(map(str, sel.input_types))
-    outs = ", ".join(map(str, sel.output_types))
+    derived = derivation.sizes if derivation is not None else {}
+    shown = derivation.shown_types if derivation is not None else tuple
+    ins = ", ".join(map(str, shown(sel.input_types)))
+    outs = ", ".join(map(str, shown(sel.output_types)))
     lines = [
         f"# gpucg dispatcher: {sel.op} on {sel.target}",
         f"# attrs: {', '.join(f'{k}={v!r}' for k, v in sel.attrs.items()) or 'none'}",
@@ -80,7 +85,13 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None) -
                 lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, '{dim}')")
             elif dim.is_Symbol and dim not in bound:
                 bound[dim] = actual
-                lines.append(f"    {dim.name} = {actual}")
+                size = derived.get(dim)
+                lines.append(f"    {dim.name} = {actual}" + (f"  # {size.dim}" if size else ""))
+                if size is not None and abs(size.a) != 1:  # a*u + b: u read back exactly
+                    lines.append(f"    if {_bare(f'({dim.name} - ({pyexpr(size.b)})) % {size.a}')}:")
+                    k = size.a * sympy.Symbol("k") + size.b
+                    lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, "
+                                 f"'{size.dim}, {k} for an integer k')")
             elif dim.is_Symbol:
                 lines.append(f"    if {actual} != {dim.name}:")
                 lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, '{dim.name} = %d' % {dim.name})")

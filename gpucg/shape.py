@@ -228,7 +228,15 @@ class _PyPrinter:
             fn = "max" if isinstance(e, sympy.Max) else "min"
             return f"{fn}(" + ", ".join(self(a) for a in e.args) + ")"
         if isinstance(e, sympy.core.relational.Relational):
-            return f"({self(e.lhs)} {e.rel_op} {self(e.rhs)})"
+            lhs, rhs = e.lhs, e.rhs
+            if not (lhs.is_integer and rhs.is_integer):  # SymPy's floor(h/2) <= 16 is h/2 < 17
+                num, den = sympy.fraction(sympy.together(lhs - rhs))
+                if not den.is_positive:
+                    raise InputError(f"condition {e} compares fractions over {den}, whose sign "
+                                     "is not known")
+                const, lhs = sympy.expand(num).as_coeff_Add()
+                rhs = -const  # times the positive denominator: h < 34
+            return f"({self(lhs)} {e.rel_op} {self(rhs)})"
         if isinstance(e, sympy.And):
             return "(" + " and ".join(self(a) for a in e.args) + ")"
         if isinstance(e, sympy.Or):
@@ -239,7 +247,9 @@ class _PyPrinter:
 
 
 def pyexpr(expr, names: dict | None = None) -> str:
-    """Exact Python source for an integer expression or condition over shape symbols."""
+    """Exact Python source for an integer expression or condition over shape symbols: floor
+    and ceiling of a quotient by floor division (``//``, exact for negative numerators and
+    divisors and for sizes of any magnitude, where a float division would round)."""
     return _PyPrinter(names or {})(expr)
 
 

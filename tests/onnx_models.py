@@ -48,13 +48,16 @@ def _randomize_norms(module, seed: int) -> None:
             m.bias.data.copy_(torch.randn(c, generator=g) * 0.1)
 
 
-def resnet(width: int = 8, blocks=(1, 1), classes: int = 10, image: int = 32, seed: int = 0):
+def resnet(width: int = 8, blocks=(1, 1), classes: int = 10, image: int = 32, seed: int = 0,
+           symbolic_image: bool = False):
     """A ResNet-18-shaped CNN: conv-bn-relu stem, 3x3 max pool, basic blocks (two 3x3 convs
     with batch norm, a residual add, relu; a strided 1x1 conv on the shortcut where the
     shape changes), global average pool, flatten, a fully connected layer (Gemm).
     ``blocks=(2, 2, 2, 2)`` and ``width=64`` is ResNet-18 itself. Input "x": (batch, 3,
-    image, image), the batch dynamic (strided convolutions of a symbolic image side give
-    sizes such as floor((h - 1) / 2) + 1, which gpucg's dispatchers cannot read back)."""
+    image, image), the batch dynamic, and with ``symbolic_image`` the height and width too
+    (the strided layers' sizes are then floor(height/2 - 1/2) + 1 and so on, which the
+    dispatchers read back as derived sizes). ``feeds(batch, size)``: ``size`` an int (a
+    square image) or (height, width); the image side of the export when left out."""
     import torch
     from torch import nn
 
@@ -96,13 +99,15 @@ def resnet(width: int = 8, blocks=(1, 1), classes: int = 10, image: int = 32, se
     torch.manual_seed(seed)
     net = Net()
     _randomize_norms(net, seed)
+    axes = {0: "batch", 2: "height", 3: "width"} if symbolic_image else {0: "batch"}
     model = export(net, (torch.randn(2, 3, image, image),), ["x"], ["logits"],
-                   {"x": {0: "batch"}, "logits": {0: "batch"}},
-                   keep_norms=True)
+                   {"x": axes, "logits": {0: "batch"}}, keep_norms=True)
 
-    def feeds(batch: int, size: int = image, seed: int = 0):
+    def feeds(batch: int, size=image, seed: int = 0):
         rng = np.random.default_rng(seed)
-        return {"x": rng.standard_normal((batch, 3, image, image)).astype(np.float32)}
+        side = (size, size) if isinstance(size, int) else tuple(size)
+        side = side if symbolic_image else (image, image)
+        return {"x": rng.standard_normal((batch, 3, *side)).astype(np.float32)}
     return model, feeds
 
 

@@ -26,8 +26,11 @@ import onnxruntime  # noqa: E402
 import gpucg.onnx  # noqa: E402
 import onnx_models  # noqa: E402
 
-#: (batch, sequence length) of the two calls; the CNN's image side stays fixed
+#: (batch, sequence length) of the two calls
 SIZES = ((1, 5), (3, 11))
+#: (batch, image side) of the CNN's calls: its height and width are symbolic too, an odd
+#: side and a rectangle among them (the strided layers' sizes are derived: floor(h/2 - 1/2) + 1)
+IMAGES = ((1, 32), (3, (33, 40)))
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +38,7 @@ def models():
     """name -> (ModelProto, feeds, onnxruntime session), built once for the module."""
     out = {}
     for name, build in onnx_models.BUILDERS.items():
-        model, feeds = build(image=16) if name == "resnet" else build()
+        model, feeds = build(image=16, symbolic_image=True) if name == "resnet" else build()
         session = onnxruntime.InferenceSession(model.SerializeToString(),
                                                providers=["CPUExecutionProvider"])
         out[name] = (model, feeds, session)
@@ -59,7 +62,8 @@ def test_equals_onnxruntime_at_two_sizes_through_one_compile(name, target, model
     model, feeds, session = models[name]
     m = _compiled(compiled, models, name, target)
     count = m.compiles
-    for batch, seq in SIZES:
+    sizes = IMAGES if name == "resnet" else SIZES
+    for batch, seq in sizes:
         inputs = feeds(batch, seq, seed=batch)
         want = session.run(None, inputs)
         got = m.run(None, inputs)
@@ -68,8 +72,8 @@ def test_equals_onnxruntime_at_two_sizes_through_one_compile(name, target, model
             np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * max(1.0, np.abs(w).max()))
         assert m.compiles == count, "a new size compiled an operator again"
     assert "; last run: " in m.explain()  # the implementation each dispatcher chose
-    one = m(**feeds(*SIZES[0]))  # the call form: one output, as an array
-    np.testing.assert_array_equal(one, m.run(None, feeds(*SIZES[0]))[0])
+    one = m(**feeds(*sizes[0]))  # the call form: one output, as an array
+    np.testing.assert_array_equal(one, m.run(None, feeds(*sizes[0]))[0])
 
 
 def test_explain_shows_the_bert_layers_fusions(models, compiled):
@@ -86,6 +90,11 @@ def test_explain_shows_the_bert_layers_fusions(models, compiled):
     cnn = _compiled(compiled, models, "resnet", "numpy").explain()
     assert cnn.count("BatchNormalization folded") == 6
     assert cnn.count("Add (residual) in the epilogue, before the activation") == 2
+    assert "for the symbolic sizes batch, height, width" in cnn
+    pool = next(s.op for s in _compiled(compiled, models, "resnet", "numpy").steps
+                if s.call.op == "max_pool2d")  # its input's sides are derived sizes
+    assert "_s0 = x.shape[2]  # floor(height/2 - 1/2) + 1" in pool.dispatcher_source
+    assert "(batch, 8, 1 + (-1 + _s0) // 2, 1 + (-1 + _s1) // 2)" in pool.dispatcher_source
 
 
 def test_weights_are_uploaded_once(models, compiled):

@@ -1,5 +1,6 @@
 """Scaled dot-product attention found in the lowered calls: MatMul(Q, K^T), times or divided
-by a constant, plus a mask (additive, or a Where with -inf on a causal pattern, checked on the
+by a constant (or Q and K^T each scaled, by the square root of the scale as torch's dynamo
+exporter writes it: the scale is the product), plus a mask (additive, or a Where with -inf on a causal pattern, checked on the
 mask's values at two probe sizes), Softmax on the last axis, MatMul by V: one
 gpucg.ops.attention (gpucg/onnx/fuse.py runs this pass third)."""
 
@@ -39,9 +40,27 @@ def _leads(g: Graph, ix: Index, value: str, depth: int = 4) -> bool:
                                    if scalar(g, i) is None)
 
 
+def _scaled(g: Graph, c):
+    """(the input, the factor) of a call multiplying or dividing by a one-element constant,
+    else None."""
+    e = c and expr_of(c)
+    if e is None:
+        return None
+    text, ins = str(e), c.inputs
+    consts = [scalar(g, i) for i in ins]
+    if text in ("multiply(x0, x1)", "divide(x0, x1)") and consts[1] is not None or \
+            text == "multiply(x0, x1)" and consts[0] is not None:
+        k = 1 - consts.index(next(v for v in consts if v is not None))
+        f = float(consts[1 - k])
+        return ins[k], (1 / f if text.startswith("divide") else f)
+    return None
+
+
 def _scores(g: Graph, ix: Index, value: str, user):
     """Walk back from the softmax's input over scale, mask and causal Where calls to the
-    MatMul(Q, K^T): (matmul call, scale, mask value, causal, calls taken) or None."""
+    MatMul(Q, K^T), and from there over a scale of Q and of K^T each: (matmul call, its two
+    operands before their scales, the scale (the product of all), mask value, causal, calls
+    taken) or None."""
     scale, mask, causal, taken = 1.0, None, False, []
     for _ in range(3):
         c = ix.producer.get(value)
@@ -49,12 +68,10 @@ def _scores(g: Graph, ix: Index, value: str, user):
         if e is None or ix.only_user(value) is not user:
             break
         text, ins = str(e), c.inputs
-        consts = [scalar(g, i) for i in ins]
-        if text in ("multiply(x0, x1)", "divide(x0, x1)") and consts[1] is not None or \
-                text == "multiply(x0, x1)" and consts[0] is not None:
-            k = 1 - consts.index(next(v for v in consts if v is not None))
-            f = float(consts[1 - k])
-            scale, value = scale * (1 / f if text.startswith("divide") else f), ins[k]
+        scaled = _scaled(g, c)
+        if scaled is not None:
+            value, f = scaled
+            scale *= f
         elif text == "add(x0, x1)" and mask is None and (_leads(g, ix, ins[0]) or
                                                          _leads(g, ix, ins[1])):
             k = 0 if _leads(g, ix, ins[0]) else 1
@@ -72,7 +89,32 @@ def _scores(g: Graph, ix: Index, value: str, user):
     mm = ix.producer.get(value)
     if mm is None or mm.op != "matmul" or mm.attrs or ix.only_user(value) is not user:
         return None
-    return mm, scale, mask, causal, taken
+    operands = list(mm.inputs)
+    for k, name in enumerate(mm.inputs):  # Q and K^T each scaled (by sqrt(scale): dynamo's)
+        scaled = _scaled(g, ix.producer.get(name))
+        if scaled is not None and ix.only_user(name) is mm:
+            operands[k], f = scaled
+            scale *= f
+            taken.append(ix.producer[name])
+    return mm, operands, scale, mask, causal, taken
+
+
+def _merged(g: Graph, ix: Index, kt: str, readers: list):
+    """(K, the calls) where ``kt`` is Reshape(Transpose(Reshape(K, (B*H, S, D)), (0, 2, 1)),
+    (B, H, D, S)), each step read only by the next (torch's dynamo exporter's K^T), else None."""
+    chain, value = [], kt
+    for op in ("reshape", "transpose", "reshape"):
+        c = ix.producer.get(value)
+        if c is None or c.op != op or not any(ix.only_user(value) is r for r in readers):
+            return None
+        chain.append(c)
+        readers, value = [c], c.inputs[0]
+    k, mid = g.type_of(value).shape, g.type_of(chain[2].outputs[0]).shape
+    if len(k) != 4 or len(mid) != 3 or tuple(mid[1:]) != tuple(k[2:]) or \
+            tuple(chain[1].attrs.get("axes") or ()) != (0, 2, 1) or \
+            tuple(g.type_of(kt).shape) != (k[0], k[1], k[3], k[2]):
+        return None
+    return value, chain
 
 
 def attention(g: Graph, calls: list) -> list:
@@ -87,8 +129,8 @@ def attention(g: Graph, calls: list) -> list:
         found = _scores(g, ix, x, sm)
         if found is None:
             continue
-        mm, scale, mask, causal, taken = found
-        q, kt, v = mm.inputs[0], mm.inputs[1], mm2.inputs[1]
+        mm, (q, kt), scale, mask, causal, taken = found
+        v = mm2.inputs[1]
         if any(g.type_of(a).ndim != 4 for a in (q, kt, v)) or \
                 not isinstance(g.type_of(q).shape[3], int):
             continue
@@ -97,27 +139,32 @@ def attention(g: Graph, calls: list) -> list:
             continue
         pos = calls.index(mm2)
         kp = ix.producer.get(kt)
-        if kp is not None and kp.op == "transpose" and ix.only_user(kt) is mm and \
+        merged = _merged(g, ix, kt, [mm] + taken)
+        k, chain = merged or (kt + "^T", [])
+        if merged is not None:
+            pass  # K itself: the views that made K^T go
+        elif kp is not None and kp.op == "transpose" and \
+                any(ix.only_user(kt) is c for c in [mm] + taken) and \
                 kp.attrs.get("axes") is not None:
             axes = list(kp.attrs["axes"])
             axes[2], axes[3] = axes[3], axes[2]
             kp.attrs["axes"] = tuple(axes)
-            k = kp.outputs[0] = kt + "^T"
+            kp.outputs[0] = k
         else:
-            k = kt + "^T"
             calls.insert(pos, Call("transpose", {"axes": (0, 1, 3, 2)}, [kt], [k], []))
             pos += 1
         kt_shape = g.type_of(kt).shape
-        g.types[k] = type(g.type_of(kt))(kt_shape[:2] + (kt_shape[3], kt_shape[2]),
-                                          g.type_of(kt).dtype)
+        g.types.setdefault(k, type(g.type_of(kt))(kt_shape[:2] + (kt_shape[3], kt_shape[2]),
+                                                   g.type_of(kt).dtype))
         how = ["MatMul(Q, K^T)"] + [f"scale {scale:.6g}"] + (["additive mask"] if mask else []) \
             + (["causal Where(-inf)"] if causal else []) + ["Softmax", "MatMul(V)"]
         new = Call("attention", {"causal": causal, "scale": scale, "layout": "BHSD"},
                    [q, k, v] + ([mask] if mask else []), mm2.outputs,
-                   [n for c in [mm] + taken[::-1] + [sm, mm2] for n in c.nodes],
-                   ["attention pattern: " + " -> ".join(how)])
+                   [n for c in chain[::-1] + [mm] + taken[::-1] + [sm, mm2] for n in c.nodes],
+                   ["attention pattern: " + " -> ".join(how)] +
+                   (["K^T as Reshape, Transpose, Reshape: K read as it is"] if chain else []))
         calls[pos] = new
-        for c in [mm, sm] + taken:
+        for c in [mm, sm] + taken + chain:
             calls.remove(c)
         _in_place(g, calls, new)
     return calls

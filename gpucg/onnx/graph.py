@@ -260,6 +260,19 @@ def value_at(g: Graph, name: str, binding: dict, memo: dict) -> np.ndarray:
     return memo[name]
 
 
+def size_ones(g: Graph, name: str, dims) -> str:
+    """A size-dependent value ``name``: True of sizes ``dims`` (ints and the model's symbols),
+    an ONNX ConstantOfShape made on the host once per binding of the sizes (what a symbolic
+    Expand broadcasts its input against)."""
+    onnx = require_onnx()
+    g.sizes[name + "/shape"] = np.array(list(dims), dtype=object)
+    proto = onnx.helper.make_node("ConstantOfShape", [name + "/shape"], [name],
+                                  value=onnx.numpy_helper.from_array(np.ones(1, bool)))
+    g.dynamic[name] = Node(name, "ConstantOfShape", "ai.onnx", [name + "/shape"], [name], {},
+                           proto)
+    return name
+
+
 def probes(g: Graph) -> list[dict]:
     """Two bindings of the model's symbols to distinct sizes (13, 17, ... and 19, 23, ...):
     enough to tell a size-dependent value's pattern (a causal mask) and its shape."""

@@ -1,0 +1,151 @@
+"""gpucg.onnx on graphs built here with onnx.helper, as exporters write them: torch's dynamo
+exporter's scaled-dot-product attention (Q and K^T each scaled by the square root of the
+scale), and Expand to sizes a Shape subgraph computes from symbolic dimensions. Each compiled
+once per target and run at two sizes against onnxruntime."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+for _module in ("onnx", "onnxruntime"):
+    if importlib.util.find_spec(_module) is None:
+        pytest.skip(f"gpucg.onnx's tests need {_module} (pip install 'gpucg[test]')",
+                    allow_module_level=True)
+
+import onnxruntime  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import gpucg.onnx  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+N = helper.make_node
+
+
+def _model(nodes, inputs, outputs, consts):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, t, dims) for k, t, dims in inputs],
+        [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _sdpa(form: str):
+    """softmax(Q K^T * 0.25 [+ mask]) V over (b, 4, s, 16) heads. "dynamo" is what
+    torch.onnx.export(dynamo=True) of torch 2.13 writes for F.scaled_dot_product_attention:
+    K^T by Reshape to (-1, s, 16), Transpose, Reshape back (sizes from Shape and Slices),
+    then Mul(Q, 0.5) and Mul(K^T, 0.5). "transposed": Transpose(K), Q times 0.5, K^T divided
+    by 2, and an additive mask."""
+    heads = [(k, F, ["b", 4, "s", 16]) for k in "qkv"]
+    consts = {"half": np.float32([0.5]), "two": np.float32(2.0)}
+    if form == "dynamo":
+        consts.update(last=np.int64([-1]), big=np.int64([2**63 - 1]), pen=np.int64([-2]),
+                      small=np.int64([-2**63]))
+        nodes = [N("Shape", ["k"], ["shp"], start=0),
+                 N("Slice", ["shp", "last", "big"], ["d"]),
+                 N("Slice", ["shp", "pen", "last"], ["sl"]),
+                 N("Slice", ["shp", "small", "pen"], ["bh"]),
+                 N("Concat", ["last", "sl", "d"], ["s3"], axis=0),
+                 N("Reshape", ["k", "s3"], ["k3"], allowzero=0),
+                 N("Transpose", ["k3"], ["k3t"], perm=[0, 2, 1]),
+                 N("Concat", ["bh", "d", "sl"], ["s4"], axis=0),
+                 N("Reshape", ["k3t", "s4"], ["kt"], allowzero=0),
+                 N("Mul", ["q", "half"], ["qs"]), N("Mul", ["kt", "half"], ["ks"]),
+                 N("MatMul", ["qs", "ks"], ["scores"])]
+        extra = []
+    else:
+        nodes = [N("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+                 N("Mul", ["half", "q"], ["qs"]), N("Div", ["kt", "two"], ["ks"]),
+                 N("MatMul", ["qs", "ks"], ["raw"]), N("Add", ["raw", "mask"], ["scores"])]
+        extra = [("mask", F, ["b", 1, 1, "s"])]
+    nodes += [N("Softmax", ["scores"], ["p"], axis=-1), N("MatMul", ["p", "v"], ["y"])]
+    return _model(nodes, heads + extra, [("y", F)], consts)
+
+
+def _expand():
+    """A (b, s, 8) input; a mask (b, s) unsqueezed to (b, 1, 1, s) and expanded to
+    (b, 4, s, s), both sizes read by Shape and Gather; a per-feature mean (8,) expanded to the
+    input's own shape (a rank grown, symbols the expanded value does not have)."""
+    consts = {"i0": np.int64([0]), "i1": np.int64([1]), "four": np.int64([4]),
+              "ax": np.int64([1, 2]), "ax01": np.int64([0, 1])}
+    nodes = [N("Shape", ["x"], ["shp"]), N("Gather", ["shp", "i0"], ["b"], axis=0),
+             N("Gather", ["shp", "i1"], ["s"], axis=0),
+             N("Concat", ["b", "four", "s", "s"], ["target"], axis=0),
+             N("Unsqueeze", ["mask", "ax"], ["m4"]), N("Expand", ["m4", "target"], ["big"]),
+             N("ReduceMean", ["x", "ax01"], ["mean"], keepdims=0),
+             N("Expand", ["mean", "shp"], ["means"]), N("Sub", ["x", "means"], ["centred"])]
+    return _model(nodes, [("x", F, ["b", "s", 8]), ("mask", F, ["b", "s"])],
+                  [("big", F), ("centred", F)], consts)
+
+
+GRAPHS = {"sdpa_dynamo": lambda: _sdpa("dynamo"), "sdpa_transposed": lambda: _sdpa("transposed"),
+          "expand": _expand}
+
+
+def _feeds(name: str, b: int, s: int, rng) -> dict:
+    if name == "expand":
+        return {"x": rng.standard_normal((b, s, 8)).astype(np.float32),
+                "mask": rng.standard_normal((b, s)).astype(np.float32)}
+    feeds = {k: rng.standard_normal((b, 4, s, 16)).astype(np.float32) for k in "qkv"}
+    if name == "sdpa_transposed":
+        feeds["mask"] = np.where(rng.random((b, 1, 1, s)) < 0.3, -1e4, 0).astype(np.float32)
+    return feeds
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """(graph, target) -> (compiled model, onnxruntime session), one compile each."""
+    return {}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
+    if (name, target) not in compiled:
+        proto = GRAPHS[name]()
+        compiled[name, target] = (gpucg.onnx.compile(proto, target=target),
+                                  onnxruntime.InferenceSession(
+                                      proto.SerializeToString(),
+                                      providers=["CPUExecutionProvider"]))
+    m, session = compiled[name, target]
+    count, rng = m.compiles, np.random.default_rng(1)
+    for b, s in ((1, 5), (3, 11)):
+        feeds = _feeds(name, b, s, rng)
+        for got, want in zip(m.run(None, feeds), session.run(None, feeds)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    assert m.compiles == count, "a new size compiled an operator again"
+    text = m.explain()
+    if name.startswith("sdpa"):  # the scales and the MatMul, Softmax, MatMul: one attention
+        assert text.count("-> gpucg.ops.attention(causal=False, scale=0.25") == 1
+        assert "attention pattern: MatMul(Q, K^T) -> scale 0.25 -> " in text
+        assert "gpucg.ops.fused" not in text and "Mul" in text.split("attention(")[0]
+    else:
+        assert text.count("(Expand)") == 2 and "broadcast_to" not in text
+    if name == "sdpa_dynamo":  # K^T's Reshape, Transpose, Reshape: K read as it is
+        assert "8 of them run as 1 gpucg calls" in text and "K read as it is" in text
+
+
+def test_torch_dynamo_export_of_sdpa_is_one_attention():
+    """The real exporter's graph (about 3 s), against torch itself: the mirror above holds."""
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    b, s = torch.export.Dim("b"), torch.export.Dim("s")
+    args = tuple(torch.randn(2, 4, 8, 16) for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proto = torch.onnx.export(Sdpa(), args, dynamo=True, opset_version=18,
+                                  dynamic_shapes={n: {0: b, 2: s} for n in "qkv"}).model_proto
+    m = gpucg.onnx.compile(proto, target="numpy")
+    assert "run as 1 gpucg calls" in m.explain() and "scale=0.25" in m.explain()
+    for size in (5, 11):
+        feeds = {n: np.random.default_rng(size).standard_normal((3, 4, size, 16)).astype(
+            np.float32) for n in "qkv"}
+        want = Sdpa()(*(torch.from_numpy(feeds[n]) for n in "qkv")).numpy()
+        np.testing.assert_allclose(m(**feeds), want, rtol=2e-5, atol=2e-6)
