@@ -366,3 +366,27 @@ def test_fused_winograd_keeps_its_tiles_on_chip(sass_or_skip, arch, impl, produc
     sass.assert_sass(r.sass, has=("LDS", "FFMA", "BAR"), none=("LDL", "STL", "HMMA"),
                      what=f"conv2d {impl} {arch}")
     assert r.sass["FFMA"] >= products and r.sass["BAR"] <= 3, (impl, arch, r.sass)
+
+
+#: the column reductions' 128-bit loads (default GPU configs: a work-item's vec columns one
+#: 128-bit load a row): (op, shape, dtype, axis, impl, {kernel: whether it reads 128 bits});
+#: the passes read the input 128 bits at a time in their first pass (rows or columns), the
+#: partial results element by element
+_COLS_VECTOR = [("sum", (64, 65536), "float32", 0, "reduce_cols", {"main": True}),
+                ("max", (64, 65536), "float16", 0, "reduce_cols", {"main": True}),
+                ("sum", (32, 64, 1024), "float32", (0, 2), "reduce_passes",
+                 {"rows_in_part": True, "cols_part_final": False}),
+                ("mean", (32, 64, 32, 256), "float32", (0, 2), "reduce_passes",
+                 {"cols_in_part": True, "cols_part_final": False})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,shape,dtype,axis,impl,reads", _COLS_VECTOR,
+                         ids=[f"{c[0]}-{c[4]}-{c[2]}-{len(c[1])}d" for c in _COLS_VECTOR])
+def test_column_reductions_load_128_bits(sass_or_skip, arch, op, shape, dtype, axis, impl, reads):
+    got = mixes(op, gpucg.tensor(shape, dtype), impl=impl, arch=arch, axis=axis)
+    assert set(got) == set(reads), got.keys()
+    for kernel, vector in reads.items():
+        mix, what = got[kernel], f"{op} {impl}/{kernel} {dtype} {arch}"
+        sass.assert_sass(mix, has=("LDG.128",) if vector else (), none=("LDL", "STL"), what=what)
+        assert mix["BAR"] <= 4, (what, mix["BAR"])
