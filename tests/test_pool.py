@@ -88,7 +88,10 @@ def test_global_pools_dispatch_as_reductions():
     assert rows.choices[-1].impl.name == "reduce_group.cuda"
     cols = gpucg.explain("global_avg_pool2d", gpucg.tensor((n, h, w, 64)), layout="NHWC",
                          target="cuda")
-    assert cols.choices[0].impl.name == "reduce_cols.cuda" and not cols.dynamic
+    # 128-bit loads of 4 neighbouring channels where x is aligned (checked at run time), else
+    # the scalar config
+    assert [c.impl.name for c in cols.choices] == ["reduce_cols.cuda"] * 2
+    assert [c.config["vw"] for c in cols.choices] == [4, 1]
 
 
 def test_against_pytorch():

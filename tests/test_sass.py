@@ -50,6 +50,7 @@ def test_parse_counts_kinds_and_drops_predicates():
     mix = sass.instruction_mix(parsed["k"])
     assert mix["LDG.128"] == mix["LDS.128"] == mix["FFMA"] == mix["HMMA"] == 1
     assert mix["STL"] == mix["BAR"] == 1 and mix["LDL"] == 0 and mix["LDS.64"] == 0
+    assert mix["LDS"] == 2  # every shared load, of any width
     assert mix["TOTAL"] == 7
     sass.assert_sass(mix, has=("HMMA", "FFMA"), none=("LDL",))
     with pytest.raises(AssertionError, match="STL"):
@@ -319,3 +320,73 @@ def test_lookback_scan_shuffles_and_vectors(sass_or_skip, arch, dtype, out, conf
     assert config_got == ",".join(f"{k}={v}" for k, v in sorted(config.items())), config_got
     sass.assert_sass(mix, has=("SHFL",) + vectors, none=("LDL", "STL"), what=f"scan_lookback {dtype} {arch}")
     assert mix["BAR"] <= 5, f"scan_lookback {dtype} {arch}: {mix['BAR']} barriers"
+
+
+#: the onesweep radix sort (sort_radix) of 2^24 keys: 4 digit passes of float32 keys, the one
+#: pass of uint8 keys (argsort); every pass ranks its tile by block scans on SHFL with the
+#: look-back's counts in registers (a 0-byte stack frame, no local memory); the pass barriers:
+#: the ticket's broadcast, the tile histogram's two, the digit scan's, two 4-bit rounds of
+#: counting, scanning and scattering. It reads and writes element by element (a work-item's
+#: items are consecutive but the pairs of a middle pass start anywhere): no 128-bit accesses.
+_RADIX = [("sort", "float32", {"first", "middle", "last"}), ("argsort", "uint8", {"only"})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,dtype,passes", _RADIX, ids=[r[1] for r in _RADIX])
+def test_radix_sort_ranks_by_shuffles_without_a_stack(sass_or_skip, arch, op, dtype, passes):
+    got = {r.kernel: r for r in res.resources(op, gpucg.tensor((1, 1 << 24), dtype),
+                                              target=f"cuda -arch={arch}", impl="sort_radix",
+                                              sass=True)}
+    assert set(got) == {"zero", "hist"} | passes, got.keys()
+    for kernel, r in got.items():
+        what = f"{op} sort_radix/{kernel} {dtype} {arch}"
+        assert r.stack == 0 and r.spill_loads == r.spill_stores == 0, (what, r)
+        shuffles = ("SHFL",) if kernel in passes else ()
+        sass.assert_sass(r.sass, has=shuffles, none=("LDL", "STL", "HMMA"), what=what)
+        assert r.sass["BAR"] <= (15 if kernel in passes else 2), (what, r.sass["BAR"])
+
+
+#: the fused Winograd kernels' default configs on a ResNet layer (F(2x2) forced, F(4x4) as
+#: selected): the input region, U and V through shared memory (scalar LDS by design: a
+#: work-item's tm x tn pairs are TY and TX apart, conflict-free), the products' accumulators
+#: in registers (their A2 * tm * tn FFMA a step unrolled), three barriers a channel step, no
+#: local memory
+_WINOGRAD = [("winograd_fused_2x2", 16 * 2 * 2), ("winograd_fused_4x4", 36 * 2 * 1)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("impl,products", _WINOGRAD, ids=[w[0] for w in _WINOGRAD])
+def test_fused_winograd_keeps_its_tiles_on_chip(sass_or_skip, arch, impl, products):
+    got = {r.kernel: r for r in res.resources(
+        "conv2d", gpucg.tensor((8, 64, 56, 56)), gpucg.tensor((64, 64, 3, 3)),
+        target=f"cuda -arch={arch}", impl=impl, sass=True, padding=1)}
+    assert set(got) == {"fused"}, got.keys()
+    r = got["fused"]
+    assert r.stack == 0 and r.spill_loads == r.spill_stores == 0, (impl, arch, r)
+    sass.assert_sass(r.sass, has=("LDS", "FFMA", "BAR"), none=("LDL", "STL", "HMMA"),
+                     what=f"conv2d {impl} {arch}")
+    assert r.sass["FFMA"] >= products and r.sass["BAR"] <= 3, (impl, arch, r.sass)
+
+
+#: the column reductions' 128-bit loads (default GPU configs: a work-item's vec columns one
+#: 128-bit load a row): (op, shape, dtype, axis, impl, {kernel: whether it reads 128 bits});
+#: the passes read the input 128 bits at a time in their first pass (rows or columns), the
+#: partial results element by element
+_COLS_VECTOR = [("sum", (64, 65536), "float32", 0, "reduce_cols", {"main": True}),
+                ("max", (64, 65536), "float16", 0, "reduce_cols", {"main": True}),
+                ("sum", (32, 64, 1024), "float32", (0, 2), "reduce_passes",
+                 {"rows_in_part": True, "cols_part_final": False}),
+                ("mean", (32, 64, 32, 256), "float32", (0, 2), "reduce_passes",
+                 {"cols_in_part": True, "cols_part_final": False})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,shape,dtype,axis,impl,reads", _COLS_VECTOR,
+                         ids=[f"{c[0]}-{c[4]}-{c[2]}-{len(c[1])}d" for c in _COLS_VECTOR])
+def test_column_reductions_load_128_bits(sass_or_skip, arch, op, shape, dtype, axis, impl, reads):
+    got = mixes(op, gpucg.tensor(shape, dtype), impl=impl, arch=arch, axis=axis)
+    assert set(got) == set(reads), got.keys()
+    for kernel, vector in reads.items():
+        mix, what = got[kernel], f"{op} {impl}/{kernel} {dtype} {arch}"
+        sass.assert_sass(mix, has=("LDG.128",) if vector else (), none=("LDL", "STL"), what=what)
+        assert mix["BAR"] <= 4, (what, mix["BAR"])

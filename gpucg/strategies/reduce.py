@@ -10,8 +10,11 @@ GPU implementations, by plevel (conditions on the symbolic sizes, checked at run
                  several work-groups, the partial results reduced by a second pass.
   reduce_group   inner == 1: one work-group a row.
   reduce_cols    any inner: a non-last axis read where it lies, 32 neighbouring columns a
-                 work-group (coalesced), split down the columns when they are too few.
-  reduce_passes  any axes: one pass per run of reduced axes, each a row or column reduction.
+                 work-group (coalesced), split down the columns when they are too few;
+                 vw > 1: a work-item's vec columns by 128-bit loads where x is aligned and
+                 inner a multiple of vw (the last, partial block element by element).
+  reduce_passes  any axes: one pass per run of reduced axes, each a row or column reduction;
+                 the first (which reads the input) by 128-bit loads where aligned.
 The warp and group reductions meet in local memory with barriers, not sub-group shuffles:
 cl_khr_subgroups is not portable (PoCL on CPUs and Oclgrind lack it), and one template serves
 CUDA and OpenCL. On an OpenCL CPU device (PoCL) the same kernels run with one work-item per
@@ -180,25 +183,29 @@ def _spaces(on_cpu: bool, vw: int) -> dict:
     rows = {"wg": (1, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
             "two_pass": (False, True), "vw": vws}
     split = {**rows, "chunk_items": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
-    cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 16, 64, 128, 256),
-            "chunk_items": (16, 256), "groups": (8, 256, 1024, 4096)}
-    # a work-group of at most 1024 work-items, and its tree in at most 32 KiB of local memory
+    cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 8, 16, 64, 128, 256),
+            "chunk_items": (16, 256), "groups": (8, 256, 1024, 4096), "vw": vws}
+    # a work-group of at most 1024 work-items, and its tree in at most 32 KiB of local memory;
+    # vw > 1: a work-item's vec columns are whole 128-bit loads, at most 16 values a row
     def fits(c):
-        return c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768
+        return (c["tx"] * c["ty"] <= 1024 and c["tx"] * c["ty"] * c["vec"] * 16 <= 32768
+                and c["vec"] % c["vw"] == 0 and (c["vw"] == 1 or c["vec"] <= 16))
 
     if on_cpu:
         d_rows = {"wg": 1, "unroll": 8, "two_pass": True, "vw": 1}
-        d_cols = {"tx": 1, "ty": 1, "vec": 128}
+        d_cols = {"tx": 1, "ty": 1, "vec": 128, "vw": 1}
         d_split = dict(d_rows, chunk_items=4096, groups=8)
         d_cols.update(chunk_items=256, groups=8)
     else:
         d_rows = {"wg": 256, "unroll": 2, "two_pass": False, "vw": vw}
-        d_cols = {"tx": 32, "ty": 8, "vec": 2}
+        # a column block of 32 work-items x one 128-bit load (8-bit types: two scalars)
+        cvw = vw if vw <= 8 else 1
+        d_cols = {"tx": 32, "ty": 8, "vec": max(2, cvw), "vw": cvw}
         d_split = dict(d_rows, chunk_items=16, groups=1024)
         d_cols.update(chunk_items=16, groups=1024)
     # the passes reduce separate runs of axes, without splitting a pass (no argmax either)
     passes = {"wg": rows["wg"], "unroll": rows["unroll"], "tx": cols["tx"], "ty": cols["ty"],
-              "vec": cols["vec"]}
+              "vec": cols["vec"], "vw": vws}
     def scalar_find(c):  # the two-pass search reads element by element
         return c["vw"] == 1 or not c["two_pass"]
 
@@ -215,14 +222,18 @@ def _spaces(on_cpu: bool, vw: int) -> dict:
     }
 
 
-def row_needs(n):
-    """Implementation.needs of a row kernel whose vw > 1 loads 16 bytes at a time: the input's
-    address 16-byte aligned and rows of n a multiple of vw (each row starts aligned), else
-    vw = 1."""
+def first_pass_needs(n, inner):
+    """Implementation.needs of a kernel whose vw > 1 reads the input 16 bytes at a time, for
+    the first pass, (outer, n, inner), the one that reads it: the input's address 16-byte
+    aligned, and rows (inner == 1) of n a multiple of vw (each row starts aligned) or columns
+    (vw neighbouring ones a load) of inner a multiple of vw; else vw = 1."""
     def needs(config):
         if config["vw"] == 1:
             return None
-        return sympy.And(alignment(0) >= WORD, sympy.Eq(sympy.Mod(n, config["vw"]), 0)), {"vw": 1}
+        vw = config["vw"]
+        rows = sympy.And(sympy.Eq(inner, 1), sympy.Eq(sympy.Mod(n, vw), 0))
+        cols = sympy.And(sympy.Ne(inner, 1), sympy.Eq(sympy.Mod(inner, vw), 0))
+        return sympy.And(alignment(0) >= WORD, sympy.Or(rows, cols)), {"vw": 1}
     return needs
 
 
@@ -251,7 +262,7 @@ def gpu_strategy_for(op: str, axes_of):
             knobs = spaces[space].knobs
             s.add(decl, plevel, condition=condition, space=spaces[space], info=info,
                   fixed={k: v for k, v in params.items() if k not in knobs},
-                  needs=row_needs(views[0][1]) if "vw" in knobs else None)
+                  needs=first_pass_needs(*views[0][1:]) if "vw" in knobs else None)
 
         if len(views) == 1:
             outer, n, inner = views[0]

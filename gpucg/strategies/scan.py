@@ -14,7 +14,8 @@ GPU implementations, by plevel:
                running work-group), and it is the look-back's before in benchmarks.
   scan_cols_lookback inner > 1: single pass by decoupled look-back over chunks of 64 rows of
                the columns, one column a work-item (1 read, 1 write, and about 28 bytes of
-               status a column's chunk), where the columns are too few for scan_cols.
+               status a column's chunk), where the columns are too few for scan_cols;
+               columns of one chunk (n <= items) are scanned one a work-item, no status.
   scan_cols    columns (outer*inner) >= 32768: one work-item scans one column; reads coalesced
                across the inner dimension, no transpose.
   scan_chunked always: chunks of each column are reduced, the chunk totals scanned, the chunks
@@ -127,10 +128,13 @@ def _lookback_run(ctx, init, scan) -> None:
              ctx.size(tiles), ctx.size(count), grid=count, block=wg)
 
 
-def _cols_lookback_run(ctx, init, scan) -> None:
+def _cols_lookback_run(ctx, init, scan, cols) -> None:
     outer, n, inner = _dims(ctx)
     wg, s = ctx.config["wg"], ctx.size
     columns, chunks = outer * inner, ceil_div(n, ctx.config["items"])
+    if chunks <= 1:  # a column in one chunk has nothing to look back at: no status at all
+        _cols_run(ctx, cols)
+        return
     count = chunks * columns
     if count:
         scan(ctx.inputs[0], ctx.outputs[0], *_status(ctx, init, count), s(n), s(inner),
@@ -190,7 +194,8 @@ SCAN_LOOKBACK = kernel_impl(
 SCAN_COLS_LOOKBACK = kernel_impl(
     "scan_cols_lookback", _cols_lookback_run, init=_INIT,
     scan=Kernel("scan/scan_cols_lookback.j2",
-                doc="one pass: chunks of columns, a work-item's column looks back on its own"))
+                doc="one pass: chunks of columns, a work-item's column looks back on its own"),
+    cols=_COL_SCAN)
 SCAN_COLS = kernel_impl("scan_cols", _cols_run, scan=_COL_SCAN)
 SCAN_CHUNKED = kernel_impl(
     "scan_chunked", _chunked_run, scan=_COL_SCAN,

@@ -7,7 +7,7 @@ reads the CUBINs of the NVRTC it ships with (13.x here, sm_80 and sm_90 checked 
 The counted kinds (:data:`COLUMNS`) are the ones a GEMM is judged by: tensor-core multiplies
 (HMMA), ldmatrix (LDSM), cp.async (LDGSTS), 128- and 64-bit global and shared loads and stores,
 barriers, shuffles, FFMA, and local memory (LDL/STL: spills or arrays the compiler could not
-keep in registers).
+keep in registers); LDS counts every shared-memory load, of any width.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _DISK = DiskCache(namespace="sass")
 
 #: the counted kinds, in the order they are printed; TOTAL is every instruction
 COLUMNS = ("HMMA", "LDSM", "LDGSTS", "LDG.128", "LDG.64", "STG.128", "LDS.128", "LDS.64",
-           "STS.128", "BAR", "SHFL", "FFMA", "LDL", "STL", "TOTAL")
+           "STS.128", "BAR", "SHFL", "FFMA", "LDL", "STL", "LDS", "TOTAL")
 
 _INSTR = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
 _FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
@@ -41,10 +41,11 @@ def _kinds(opcode: str) -> list[str]:
     width = "128" if "128" in mods else "64" if "64" in mods else ""
     if base in ("HMMA", "LDSM", "LDGSTS", "BAR", "SHFL", "FFMA", "LDL", "STL"):
         return [base]
+    kinds = ["LDS"] if base == "LDS" else []
     if base in ("LDG", "STG", "LDS", "STS") and width:
         name = f"{base}.{width}"
-        return [name] if name in COLUMNS else []
-    return []
+        kinds += [name] if name in COLUMNS else []
+    return kinds
 
 
 def cuobjdump() -> str:
@@ -119,7 +120,7 @@ def kernel_mix(source: str, entry: str, arch: str = "sm_90",
     ok, why = nvrtc.available()
     if not ok:
         raise BackendUnavailableError(f"SASS needs NVRTC: {why}")
-    key = cache_key("sass", source, entry, arch, tuple(options), why, version())
+    key = cache_key("sass", source, entry, arch, tuple(options), why, version(), COLUMNS)
     blob = _DISK.get(key)
     if blob is not None:
         return json.loads(blob)
