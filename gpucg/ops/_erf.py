@@ -123,10 +123,11 @@ def _erfc_nr(v, half: bool = False):
     return p
 
 
-def _both_narrow(x, complement: bool, factor=None):
+def _both_narrow(x, complement: bool, factor=None, out=None):
     flat = np.ravel(x)
     scaled = None if factor is None else np.ravel(factor)
-    out = np.empty(flat.shape, np.float64 if factor is None else factor.dtype)
+    dtype = np.float64 if factor is None else factor.dtype
+    out = np.empty(flat.shape, dtype) if out is None else out.reshape(-1)
     for i in range(0, flat.size, _NR_BLOCK):
         v = flat[i:i + _NR_BLOCK].astype(np.float64)
         c = _erfc_nr(v, half=scaled is not None)
@@ -141,13 +142,14 @@ def _both_narrow(x, complement: bool, factor=None):
     return out.reshape(np.shape(x))
 
 
-def half_erfc_times(x, factor) -> np.ndarray:
+def half_erfc_times(x, factor, out=None) -> np.ndarray:
     """factor * erfc(x) / 2 (gelu: x Phi(x) = x erfc(-x / sqrt 2) / 2), factor of x's shape.
     For float32 and narrower x: computed in float64 block by block (no whole-array float64
-    temporaries) and rounded once to factor's dtype; otherwise as float64."""
+    temporaries) and rounded once to factor's dtype, into ``out`` when given (contiguous, of
+    x's shape and factor's dtype); otherwise as float64."""
     x = np.asarray(x)
     if x.dtype.kind == "f" and x.dtype.itemsize <= 4:
-        return _both_narrow(x, True, np.broadcast_to(factor, x.shape))
+        return _both_narrow(x, True, np.broadcast_to(factor, x.shape), out)
     return factor * (0.5 * erfc(x))
 
 
