@@ -75,19 +75,24 @@ def _row(label, t, base, torch_t, note=""):
 
 
 def interleaved_times(calls: dict, repeat: int, warmup: int = 1) -> dict:
-    """(median, min) seconds per call of each function, the calls taken in turns (one of each a
-    round), so that a shared machine's changing load falls on every row alike (timing one
-    implementation after the other let a minute's load swing decide the ratios)."""
+    """(median wall, min wall, median CPU) seconds per call of each function, the calls taken
+    in turns (one of each a round), so that a shared machine's changing load falls on every
+    row alike (timing one implementation after the other let a minute's load swing decide
+    the ratios). The CPU time (the process's, all threads) is the work a call did, whatever
+    the wait for a core: with one thread everywhere, the steadier figure on a loaded machine."""
     for _ in range(warmup):
         for fn in calls.values():
             fn()
-    out: dict = {k: [] for k in calls}
+    wall: dict = {k: [] for k in calls}
+    cpu: dict = {k: [] for k in calls}
     for _ in range(repeat):
         for k, fn in calls.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
-            out[k].append(time.perf_counter() - t0)
-    return {k: (float(np.median(v)), float(np.min(v))) for k, v in out.items()}
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return {k: (float(np.median(wall[k])), float(np.min(wall[k])), float(np.median(cpu[k])))
+            for k in calls}
 
 
 def run_model(name: str, batches, targets, repeat: int, results: list, threads=None) -> None:
@@ -123,7 +128,7 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
             errs[target] = float(np.max(np.abs(fn(feeds) - want)))
             calls[target] = (lambda fn=fn: fn(feeds))
         times = interleaved_times(calls, repeat)
-        (base, base_min), torch_t = times["ort"], times.get("torch", (None,))[0]
+        (base, base_min, base_cpu), torch_t = times["ort"], times.get("torch", (None,))[0]
         shape = ", ".join(f"{k} {'x'.join(map(str, x.shape))}" for k, x in feeds.items())
         print(f"\n{name} batch {b} ({shape}, float32)")
         print(f"  {'implementation':<44} {'ms':>10} {'/ort':>8} {'/torch':>8}  notes")
@@ -133,12 +138,14 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
             _row("torch (cpu, inference_mode)", torch_t, base, torch_t)
             results.append({"model": name, "batch": b, "impl": "torch", "seconds": torch_t})
         for target, (label, fn) in ours.items():
-            err, (t, t_min) = errs[target], times[target]
+            err, (t, t_min, t_cpu) = errs[target], times[target]
             _row(f"gpucg {target} ({label})", t, base, torch_t, f"max abs err vs ort {err:.1e}; "
-                 f"fastest calls {t_min / base_min:.2f}x ort's")
+                 f"fastest calls {t_min / base_min:.2f}x ort's; CPU time {t_cpu * 1e3:.1f} ms, "
+                 f"{t_cpu / base_cpu:.2f}x ort's {base_cpu * 1e3:.1f}")
             results.append({"model": name, "batch": b, "impl": f"gpucg {target}", "path": label,
                             "seconds": t, "ratio_vs_ort": t / base,
                             "ratio_vs_ort_fastest": t_min / base_min,
+                            "cpu_seconds": t_cpu, "ratio_vs_ort_cpu": t_cpu / base_cpu,
                             "ratio_vs_torch": t / torch_t if torch_t else None,
                             "max_abs_err": err})
         if "cuda" not in ours and not gpu_present():
