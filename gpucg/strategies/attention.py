@@ -165,8 +165,9 @@ def numpy_attention(q, k, v, mask, attrs):
     qh, kh, vh = (x if layout == "BHSD" else x.transpose(0, 2, 1, 3) for x in (q, k, v))
     b, hq, sq, d = qh.shape
     hkv, skv = kh.shape[1], kh.shape[2]
-    rows = max(1, BATCH_BLOCK // max(1, hq * sq * skv))
-    if 1 < rows < b or (rows == 1 < b and hq * sq * skv * 2 <= HOST_BLOCK):
+    scores = hq * sq * skv  # of one batch row
+    rows = max(1, BATCH_BLOCK // max(1, scores))
+    if b > rows and (rows > 1 or 2 * scores <= HOST_BLOCK):  # (longer rows: key blocks)
         return _batch_chunks(q, k, v, mask, attrs, rows)
     gsz = hq // hkv if hkv else 1
     scale = softmax_scale(attrs, d)
@@ -181,8 +182,7 @@ def numpy_attention(q, k, v, mask, attrs):
     vf = vh.astype(np.float32).reshape(b, hkv, 1, skv, d)
     for q0 in range(0, sq, qb):
         q1 = min(sq, q0 + qb)
-        qf = qh[:, :, q0:q1].astype(np.float32).reshape(b, hkv, gsz, q1 - q0, d) * \
-            np.float32(scale)
+        qf = qh[:, :, q0:q1].astype(np.float32).reshape(b, hkv, gsz, q1 - q0, d) * np.float32(scale)
         m = np.full((b, hkv, gsz, q1 - q0, 1), -np.inf, np.float32)
         l = np.zeros_like(m)  # noqa: E741
         acc = np.zeros((b, hkv, gsz, q1 - q0, d), np.float32)
