@@ -212,6 +212,27 @@ def test_many_operators_equal_onnxruntime():
     assert m.run(["ident"], feeds)[0].shape == (5, 1)
 
 
+def test_the_dispatchers_check_a_size_once():
+    """The run loop keeps each call's plan per size: a second forward of a size asks no
+    dispatcher again, a new size asks each once, and the results stay the same."""
+    m = gpucg.onnx.compile(_graph_of_many_operators(), target="numpy")
+    asked = []
+    for step in m.steps:
+        if step.op is not None:
+            step.op.plan = (lambda *a, _p=step.op.plan: asked.append(1) or _p(*a))
+    rng = np.random.default_rng(1)
+    feeds = {n: {k: rng.standard_normal((n, 6)).astype(np.float32) for k in ("x", "y")}
+             for n in (3, 5)}
+    first = m.run(None, feeds[3])
+    calls = len(asked)
+    assert calls == sum(s.op is not None for s in m.steps)
+    for got, want in zip(m.run(None, feeds[3]), first):
+        np.testing.assert_array_equal(got, want)
+    assert len(asked) == calls
+    m.run(None, feeds[5])
+    assert len(asked) == 2 * calls
+
+
 def test_a_constant_of_one_element_keeps_the_rank_it_broadcasts_to():
     """x (n,) + c (1, 1) is (1, n): the constant stays an input, not a literal."""
     from onnx import TensorProto, helper, numpy_helper

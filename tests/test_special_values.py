@@ -180,3 +180,16 @@ def test_host_erf_float32_is_float32_accurate():
     u = (x * np.float32(-1 / _S2)).astype(np.float64).tolist()
     want = [v * 0.5 * math.erfc(w) for v, w in zip(x.astype(np.float64).tolist(), u)]
     np.testing.assert_allclose(gpucg.ops.gelu(x, target="numpy"), want, rtol=2.5e-7, atol=0)
+
+
+def test_host_gelu_in_place_equals_the_operator(monkeypatch):
+    """The GEMM and conv2d epilogues' in-place float32 gelu, block by block (small blocks and
+    a ragged last one here), gives the operator's values bit for bit, special values included."""
+    from gpucg.ops import _unary
+
+    monkeypatch.setattr(_unary, "_GELU_BLOCK", 7)
+    x = np.concatenate([np.linspace(-12, 12, 50), [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    x = x.astype(np.float32).reshape(5, 11)
+    want = _unary.TABLE["gelu"].numpy(x, {"approximate": "none"})
+    got = _unary.gelu_in_place(x.copy())
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -6,8 +6,9 @@ weights exported to ONNX in memory, batch and sequence dynamic; nothing download
 ResNet-18's and BERT-base's sizes, so the benchmark runs from a source checkout. Ours runs the
 ONNX model through ``gpucg.onnx.compile`` on every usable target; one compiled model a target
 serves both batch sizes. The ratio columns are over onnxruntime and over torch; every row's
-output is checked against onnxruntime's. Goal on a CPU: the numpy target within 1.5x of
-onnxruntime on both models.
+output is checked against onnxruntime's. The rows of one batch size are timed in turns (one
+call of each a round, the median of ``--repeat`` rounds), so a loaded machine slows all alike.
+Goal on a CPU: the numpy target within 1.5x of onnxruntime on both models.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime import backend_status
-from .common import banner, median_time, parser, torch_or_none
+from .common import banner, parser, torch_or_none
 from .lowp import NOT_MEASURED, gpu_present
 
 #: (model, batch sizes); --quick runs batch 1 only
@@ -73,6 +74,27 @@ def _row(label, t, base, torch_t, note=""):
     print(f"  {label:<44} {t * 1e3:10.2f} {t / base:8.2f} {torch_ratio}  {note}")
 
 
+def interleaved_times(calls: dict, repeat: int, warmup: int = 1) -> dict:
+    """(median wall, min wall, median CPU) seconds per call of each function, the calls taken
+    in turns (one of each a round), so that a shared machine's changing load falls on every
+    row alike (timing one implementation after the other let a minute's load swing decide
+    the ratios). The CPU time (the process's, all threads) is the work a call did, whatever
+    the wait for a core: with one thread everywhere, the steadier figure on a loaded machine."""
+    for _ in range(warmup):
+        for fn in calls.values():
+            fn()
+    wall: dict = {k: [] for k in calls}
+    cpu: dict = {k: [] for k in calls}
+    for _ in range(repeat):
+        for k, fn in calls.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return {k: (float(np.median(wall[k])), float(np.min(wall[k])), float(np.median(cpu[k])))
+            for k in calls}
+
+
 def run_model(name: str, batches, targets, repeat: int, results: list, threads=None) -> None:
     import onnxruntime as ort
 
@@ -93,12 +115,20 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
     for b in batches:
         feeds = make(b)
         want = sess.run(None, feeds)[0]
-        base = median_time(lambda: sess.run(None, feeds), repeat=repeat, warmup=1)
-        torch_t = None
+        calls = {"ort": lambda: sess.run(None, feeds)}
         if torch is not None:
             args = [torch.from_numpy(x) for x in feeds.values()]
-            with torch.inference_mode():
-                torch_t = median_time(lambda: module(*args), repeat=repeat, warmup=1)
+
+            def torch_call():
+                with torch.inference_mode():
+                    return module(*args)
+            calls["torch"] = torch_call
+        errs = {}
+        for target, (label, fn) in ours.items():
+            errs[target] = float(np.max(np.abs(fn(feeds) - want)))
+            calls[target] = (lambda fn=fn: fn(feeds))
+        times = interleaved_times(calls, repeat)
+        (base, base_min, base_cpu), torch_t = times["ort"], times.get("torch", (None,))[0]
         shape = ", ".join(f"{k} {'x'.join(map(str, x.shape))}" for k, x in feeds.items())
         print(f"\n{name} batch {b} ({shape}, float32)")
         print(f"  {'implementation':<44} {'ms':>10} {'/ort':>8} {'/torch':>8}  notes")
@@ -108,11 +138,14 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
             _row("torch (cpu, inference_mode)", torch_t, base, torch_t)
             results.append({"model": name, "batch": b, "impl": "torch", "seconds": torch_t})
         for target, (label, fn) in ours.items():
-            err = float(np.max(np.abs(fn(feeds) - want)))
-            t = median_time(lambda: fn(feeds), repeat=repeat, warmup=1)
-            _row(f"gpucg {target} ({label})", t, base, torch_t, f"max abs err vs ort {err:.1e}")
+            err, (t, t_min, t_cpu) = errs[target], times[target]
+            _row(f"gpucg {target} ({label})", t, base, torch_t, f"max abs err vs ort {err:.1e}; "
+                 f"fastest calls {t_min / base_min:.2f}x ort's; CPU time {t_cpu * 1e3:.1f} ms, "
+                 f"{t_cpu / base_cpu:.2f}x ort's {base_cpu * 1e3:.1f}")
             results.append({"model": name, "batch": b, "impl": f"gpucg {target}", "path": label,
                             "seconds": t, "ratio_vs_ort": t / base,
+                            "ratio_vs_ort_fastest": t_min / base_min,
+                            "cpu_seconds": t_cpu, "ratio_vs_ort_cpu": t_cpu / base_cpu,
                             "ratio_vs_torch": t / torch_t if torch_t else None,
                             "max_abs_err": err})
         if "cuda" not in ours and not gpu_present():

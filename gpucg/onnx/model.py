@@ -13,7 +13,7 @@ import sympy
 
 from .. import compiled as _compiled
 from ..arrays import asarray, to_host
-from ..runtime import get_backend
+from ..runtime import alignment_of, get_backend
 from ..strategies.view import reshaped
 from ..target import resolve
 from .graph import Graph, OnnxError, value_at
@@ -31,6 +31,20 @@ class Step:
     call: Call
     op: object = None
     sizes: object = None
+    plans: dict = dataclasses.field(default_factory=dict)
+
+    def plan(self, args):
+        """The dispatcher's plan for these arrays, memoized by what decides it (dtypes,
+        shapes, and a device array's address alignment), as the eager path keeps it: a
+        model's many small calls skip the argument checks after the first forward of a size."""
+        key = tuple((x.dtype, x.shape) if type(x) is np.ndarray else
+                    (type(x), x.dtype, x.shape, alignment_of(x)) for x in args)
+        plan = self.plans.get(key)
+        if plan is None:
+            if len(self.plans) >= _MEMO * 4:
+                self.plans.clear()
+            plan = self.plans[key] = self.op.plan(*args)
+        return plan
 
 
 class Model:
@@ -132,7 +146,7 @@ class Model:
             if step.op is None:
                 out = reshaped(backend, args[0], tuple(int(d) for d in step.sizes(*sizes)))
             else:
-                out = step.op.run(step.op.plan(*args), *args)
+                out = step.op.run(step.plan(args), *args)
             outs = out if isinstance(out, tuple) else (out,)
             env.update(zip(step.call.outputs, outs))
         values = dict(zip(self.outputs, self.graph.results))

@@ -116,6 +116,9 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
         y += scaled
     if attrs.activation == "relu" and y.flags.writeable:  # in place: the same np.maximum
         np.maximum(y, y.dtype.type(0), out=y)
+    elif attrs.activation == "gelu" and y.dtype == np.float32 and y.flags.writeable and \
+            y.flags.c_contiguous:  # in place: the operator's own float32 gelu
+        _unary.gelu_in_place(y)
     else:
         y = activate(y, attrs.activation)
     if scaled is not None and attrs.residual_position == "after":

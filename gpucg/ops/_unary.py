@@ -23,6 +23,7 @@ from ..codegen.literals import literal, max_finite
 from ._erf import erf, half_erfc_times
 
 _SQRT_HALF = 1 / math.sqrt(2)
+_GELU_BLOCK = 1 << 16  # elements of x a block in gelu_in_place (its temporaries stay in cache)
 _TANH_2U = 2 * math.sqrt(2 / math.pi)  # 2u = _TANH_2U * (x + 0.044715 x^3)
 
 
@@ -61,6 +62,17 @@ def _gelu_np(x, attrs):
     if attrs.get("approximate", "none") == "tanh":
         return _finite_below(x) / (1 + np.exp(x.dtype.type(-_TANH_2U) * (x + x.dtype.type(0.044715) * x * x * x)))
     return half_erfc_times(x * -_SQRT_HALF, _finite_below(x))
+
+
+def gelu_in_place(x: np.ndarray) -> np.ndarray:
+    """The exact gelu of a contiguous float32 array, written over it (the epilogue's own
+    GEMM result): the values of :func:`_gelu_np`, a block at a time, so that no array of
+    x's size is allocated (at BERT's batch 8, 12.6 MB fresh pages a call: 3000 page faults)."""
+    flat = x.reshape(-1)
+    for i in range(0, flat.size, _GELU_BLOCK):
+        xb = flat[i:i + _GELU_BLOCK]
+        half_erfc_times(xb * -_SQRT_HALF, _finite_below(xb), out=xb)
+    return x
 
 
 def _gelu_c(x, lit, attrs):

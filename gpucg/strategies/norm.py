@@ -250,7 +250,7 @@ def numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndar
         else:
             shape = [1] * x.ndim
             shape[axis] = -1
-            gamma = params[0].astype(acc).reshape(shape)
+            gamma = params[0].astype(acc, copy=False).reshape(shape)
             mean = (np.sum(v, axis=axis, keepdims=True) / acc(n)) if op == "layer_norm" else 0
             d = v - mean
             ss = np.sum(d * d, axis=axis, keepdims=True)
@@ -266,9 +266,11 @@ def numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndar
                 safe = np.where(scaled, a, 1)
                 rstd = np.where(scaled, 1 / (safe * np.sqrt(qn + acc(eps) / safe / safe)),
                                 1 / np.sqrt(plain))
-            y = d * rstd * gamma
+            y = d  # in place: d is this call's own (the same products, in the same order)
+            y *= rstd
+            y *= gamma
             if op == "layer_norm":
-                y = y + params[1].astype(acc).reshape(shape)
+                y += params[1].astype(acc, copy=False).reshape(shape)
     return y.astype(x.dtype, copy=False)
 
 
