@@ -42,17 +42,24 @@ def _opencl():
 
 
 @pytest.mark.parametrize("m", [2, 4])
-@pytest.mark.parametrize("pick", [0, 1, 2, 3])
+@pytest.mark.parametrize("pick", [0, 1, 2, 3, 4])
 def test_forced_configs_and_layouts(m, pick):
     """Each config in one layout pairing (the default in all four), sizes no tile divides,
-    bias, relu; batch 1 and 2 (batch 1 in the first pairing only: one compile each)."""
+    bias, relu; batch 1 and 2 (batch 1 in the first pairing only: one compile each). Pick 4:
+    what a GPU takes for the call (a CPU device's default is DEFAULTS)."""
     _opencl()
-    config = (CONFIGS[m] + [WIDE[m]])[pick]
+    config = (CONFIGS[m] + [WIDE[m], "gpu"])[pick]
     for li, (dl, kl) in enumerate(LAYOUTS if config is None else LAYOUTS[pick % 2::2][:1]):
         for n in (1, 2) if li == 0 else (2,):
             ins = arrays(n, 5, 15, 17, 13, 3, 3, bias=True, data_layout=dl, kernel_layout=kl)
             attrs = dict(padding=(1, 2, 0, 1), data_layout=dl, kernel_layout=kl,
                          activation="relu")
+            if config == "gpu":
+                config = dict(gpucg.explain(
+                    "conv2d", *(gpucg.tensor(a.shape) for a in ins), records=False,
+                    target="opencl -device=gpu", impl=f"winograd_fused_{m}x{m}",
+                    **attrs).choices[0].config)
+                assert config != conv2d_fused.DEFAULTS[m]
             got, f = run("opencl", ins, impl=f"winograd_fused_{m}x{m}", config=config, **attrs)
             assert f.last_impl == f"winograd_fused_{m}x{m}.opencl"
             check(got, ins, attrs)
@@ -192,19 +199,10 @@ def test_default_traffic_on_resnet_layers(m):
         moved = sum(conv2d_fused.traffic(config, m, call))
         assert moved / call.compulsory <= ratios[m // 4], (c, hw, config)
         assert config == conv2d_fused.default_for(m, True, call)
-        best = min(sum(conv2d_fused.traffic(dict(k, bk=2), m, call))
-                   for k in _blockings() if conv2d_fused._fits(dict(k, bk=2), m, None))
+        best = min(sum(conv2d_fused.traffic(k, m, call)) for k in conv2d_fused.blockings(m))
         assert moved == best, (c, hw)
         if c >= 256:
             assert moved <= 2 * call.compulsory
-
-
-def _blockings():
-    import itertools
-
-    names = ("bm", "bth", "btw", "tm", "tn")
-    for values in itertools.product(*(conv2d_fused.KNOBS[k] for k in names)):
-        yield dict(zip(names, values))
 
 
 @pytest.mark.parametrize("m", [2, 4])

@@ -29,7 +29,8 @@ they minimize, not the occupancy.
 
 The unfused kernels (winograd_2x2 / winograd_4x4: transforms and products through global
 memory) stay: below the fused ones on a GPU (forceable with impl=), above them on a CPU device,
-where their GEMM tile is faster (PoCL: 1.3-1.8x the time for the fused kernel at batch 8).
+where their GEMM tile is faster (PoCL: 1.3-1.8x the time for the fused kernel at batch 8). A
+CPU device's fused default stays DEFAULTS: default_for's blocks took 0.9-2.9x its time on PoCL.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ from .gemm_tile import LOCAL_BYTES
 #: most sums a work-item keeps (alpha^2 * tm * tn) before the registers spill
 MAX_SUMS = 144
 
-#: defaults by tile size m: 2x2 tiles in 4 x 8 blocks of 32 output channels, 2 x 2 (o, tile)
+#: defaults by tile size m where the call's sizes are symbolic and on a CPU device (a GPU with
+#: constant sizes takes default_for's): 2x2 tiles in 4 x 8 blocks of 32 output channels, 2 x 2 (o, tile)
 #: pairs a work-item (64 sums); 4x4 tiles in 2 x 8 blocks, 2 x 1 pairs (72 sums), 4 channels a
 #: step (36 KiB of local memory at 8 would leave no room for two blocks a multiprocessor)
 DEFAULTS = {2: {"bm": 32, "bth": 4, "btw": 8, "bk": 8, "tm": 2, "tn": 2},
@@ -184,7 +186,7 @@ KNOBS = {"bm": (8, 16, 32, 64), "bth": (1, 2, 4, 7, 8), "btw": (2, 4, 7, 8, 14, 
          "bk": (2, 4, 8, 16), "tm": (1, 2, 4), "tn": (1, 2, 4, 8)}
 
 
-def _fits(c, m: int, nchw: bool | None) -> bool:
+def fits(c, m: int, nchw: bool | None) -> bool:
     """Whether a config is in the space (``nchw`` None: all but its padded layout's size)."""
     a2, bn = (m + 2) ** 2, c["bth"] * c["btw"]
     return (c["bm"] % c["tm"] == 0 and bn % c["tn"] == 0 and 32 <= work_group(c) <= 256
@@ -197,7 +199,7 @@ def space(m: int, nchw: bool, call: "Call | None" = None) -> ConfigSpace:
     layout, ``nchw``); the default the one that moves the fewest bytes on ``call``
     (:func:`default_for`), else DEFAULTS[m]."""
     default = DEFAULTS[m] if call is None else default_for(m, nchw, call)
-    return ConfigSpace(KNOBS, default, constraint=lambda c: _fits(c, m, nchw))
+    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m, nchw))
 
 
 @dataclass(frozen=True)
@@ -269,18 +271,25 @@ def traffic(config, m: int, call: Call) -> tuple[int, int]:
     return loaded, outputs * call.y_bytes
 
 
+def blockings(m: int):
+    """Every blocking of the space (bm, bth, btw, tm, tn; bk 2), its layout not padded."""
+    names = ("bm", "bth", "btw", "tm", "tn")
+    for values in product(*(KNOBS[k] for k in names)):
+        c = dict(zip(names, values), bk=2)
+        if fits(c, m, None):
+            yield c
+
+
 @lru_cache(maxsize=None)
 def default_for(m: int, nchw: bool, call: Call) -> dict:
     """The config of the space that moves the fewest bytes on ``call`` (:func:`traffic`; ties:
     fewer (output channel, tile) pairs computed past the edges, fewer sums a work-item, more
     work-items), with the most channels a step that fit and a layout conflict-free in the
     bank model."""
-    names = ("bm", "bth", "btw", "tm", "tn")
     th, tw = ceil_div(call.oh, m), ceil_div(call.ow, m)
     ranked = []
-    for values in product(*(KNOBS[k] for k in names)):
-        c = dict(zip(names, values), bk=2)
-        if work_group(c) % 32 or not _fits(c, m, None):
+    for c in blockings(m):
+        if work_group(c) % 32:
             continue
         pairs = (ceil_div(call.o, c["bm"]) * c["bm"] * ceil_div(th, c["bth"]) * c["bth"]
                  * ceil_div(tw, c["btw"]) * c["btw"])
@@ -288,7 +297,7 @@ def default_for(m: int, nchw: bool, call: Call) -> dict:
     for *_, c in sorted(ranked, key=lambda r: r[:4])[:16]:
         for bk in (8, 4, 2):
             c = dict(c, bk=bk)
-            if _fits(c, m, nchw) and not _extra(requests(c, m, nchw)):
+            if fits(c, m, nchw) and not _extra(requests(c, m, nchw)):
                 return c
     return DEFAULTS[m]
 

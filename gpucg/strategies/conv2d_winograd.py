@@ -60,7 +60,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     m = attrs.tile_size
     # as conv2d's: on a CPU the unfused kernels are faster than the fused ones
     fused, unfused = (12, 15) if target.on_cpu else (15, 12)
-    call = call_for(geo, conv, inputs, outputs[0], m)
+    call = None if target.on_cpu else call_for(geo, conv, inputs, outputs[0], m)  # as conv2d's
     s.add(FUSED[m, True], fused, info=ConvInfo(geo, conv), space=space(m, common["nchw"], call),
           fixed=winograd_params(common, m, target.on_cpu))
     s.add(WINOGRAD[attrs.tile_size, False], unfused, info=ConvInfo(geo, conv),
