@@ -69,7 +69,8 @@ class Layout:
     padding), channels xs apart. U rows (a, kk) hold bm words at a stride of us, V rows bn at
     vs. The region is loaded in the order of its words (a warp still reads whole runs of a row
     of x). The paddings are the smallest that make the config's requests conflict-free in the
-    bank model (gpucg.verify.banks), or else the fewest extra wavefronts, found by trying."""
+    bank model (gpucg.verify.banks), or else the fewest extra wavefronts, found by trying; none
+    where the padded tiles would not fit the local memory."""
 
     m: int
     r: int
@@ -161,7 +162,8 @@ def _layout(m, bth, btw, bk, bm, tm, tn, nchw) -> Layout:
             if cost == 0:
                 break
         lay = best[1]
-    return lay
+    plain = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw)
+    return lay if 4 * lay.words(config) <= LOCAL_BYTES else plain
 
 
 def layout(config, m: int, nchw: bool) -> Layout:
@@ -186,20 +188,19 @@ KNOBS = {"bm": (8, 16, 32, 64), "bth": (1, 2, 4, 7, 8), "btw": (2, 4, 7, 8, 14, 
          "bk": (2, 4, 8, 16), "tm": (1, 2, 4), "tn": (1, 2, 4, 8)}
 
 
-def fits(c, m: int, nchw: bool | None) -> bool:
-    """Whether a config is in the space (``nchw`` None: all but its padded layout's size)."""
+def fits(c, m: int) -> bool:
+    """Whether a config is in the space (its layout's paddings are dropped where the padded
+    tiles would not fit the local memory: :class:`Layout`)."""
     a2, bn = (m + 2) ** 2, c["bth"] * c["btw"]
     return (c["bm"] % c["tm"] == 0 and bn % c["tn"] == 0 and 32 <= work_group(c) <= 256
-            and a2 * c["tm"] * c["tn"] <= MAX_SUMS and local_bytes(c, m) <= LOCAL_BYTES
-            and (nchw is None or 4 * layout(c, m, nchw).words(c) <= LOCAL_BYTES))
+            and a2 * c["tm"] * c["tn"] <= MAX_SUMS and local_bytes(c, m) <= LOCAL_BYTES)
 
 
 def space(m: int, nchw: bool, call: "Call | None" = None) -> ConfigSpace:
-    """The fused kernel's tiles for F(m x m, 3 x 3) (its padded layout depends on the data
-    layout, ``nchw``); the default the one that moves the fewest bytes on ``call``
-    (:func:`default_for`), else DEFAULTS[m]."""
+    """The fused kernel's tiles for F(m x m, 3 x 3); the default the one that moves the fewest
+    bytes on ``call`` (:func:`default_for`, in the data layout ``nchw``), else DEFAULTS[m]."""
     default = DEFAULTS[m] if call is None else default_for(m, nchw, call)
-    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m, nchw))
+    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m))
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ def blockings(m: int):
     names = ("bm", "bth", "btw", "tm", "tn")
     for values in product(*(KNOBS[k] for k in names)):
         c = dict(zip(names, values), bk=2)
-        if fits(c, m, None):
+        if fits(c, m):
             yield c
 
 
@@ -297,7 +298,7 @@ def default_for(m: int, nchw: bool, call: Call) -> dict:
     for *_, c in sorted(ranked, key=lambda r: r[:4])[:16]:
         for bk in (8, 4, 2):
             c = dict(c, bk=bk)
-            if fits(c, m, nchw) and not _extra(requests(c, m, nchw)):
+            if fits(c, m) and not _extra(requests(c, m, nchw)):
                 return c
     return DEFAULTS[m]
 
