@@ -24,7 +24,7 @@ that is 2.29x and 1.83x the compulsory bytes at 64 -> 64 channels, 56 x 56 befor
   256 x 14: F(2x2) 1.51x, F(4x4) 1.22x  (2.45x, 2.45x)
 so 2x at the first two needs on-chip reuse beyond the register tile (the input region of every
 channel, or the filters of every channel, in local memory across blocks: over 48 KiB there).
-Such blocks keep few work-groups busy at batch 1 (28 at 64 x 56): the traffic is the figure
+Such blocks keep few work-groups busy at batch 1 (28 and 14 at 64 x 56): the traffic is the figure
 they minimize, not the occupancy.
 
 The unfused kernels (winograd_2x2 / winograd_4x4: transforms and products through global
@@ -53,9 +53,10 @@ from .gemm_tile import LOCAL_BYTES
 MAX_SUMS = 144
 
 #: defaults by tile size m where the call's sizes are symbolic and on a CPU device (a GPU with
-#: constant sizes takes default_for's): 2x2 tiles in 4 x 8 blocks of 32 output channels, 2 x 2 (o, tile)
-#: pairs a work-item (64 sums); 4x4 tiles in 2 x 8 blocks, 2 x 1 pairs (72 sums), 4 channels a
-#: step (36 KiB of local memory at 8 would leave no room for two blocks a multiprocessor)
+#: constant sizes takes default_for's): 2x2 tiles in 4 x 8 blocks of 32 output channels, 2 x 2
+#: (o, tile) pairs a work-item (64 sums); 4x4 tiles in 2 x 8 blocks, 2 x 1 pairs (72 sums), 4
+#: channels a step (36 KiB of local memory at 8 would leave no room for two blocks a
+#: multiprocessor)
 DEFAULTS = {2: {"bm": 32, "bth": 4, "btw": 8, "bk": 8, "tm": 2, "tn": 2},
             4: {"bm": 32, "bth": 2, "btw": 8, "bk": 4, "tm": 2, "tn": 1}}
 
