@@ -7,21 +7,42 @@ image. For each step of bk input channels it loads the input region the block co
 the bm x bk filters (U = G g G^T; the pre-transformed operator loads U) and adds the alpha^2
 products; each work-item keeps all alpha^2 sums of its tm x tn (output channel, tile) pairs in
 registers, so the output transform and the shared epilogue run there too. Neither V nor the
-products M reach global memory: x is read about (m * bth + 2)(m * btw + 2) / (m^2 bth btw)
-times per block of output channels (1.27x for 2x2 tiles in 4 x 8 blocks), the filters once per
-block of tiles, y written once.
+products M reach global memory: a work-group reads its input region (the block's tiles and a
+2-element halo, clipped to x) once per block of output channels, the filters of its bm
+channels once, and writes y once. :func:`traffic` counts those bytes exactly as the kernel
+moves them (equal to Oclgrind's count: tests/test_conv2d_fused.py), and the strategy's
+default (:func:`default_for`) is the config that moves the fewest on the call's shapes.
+
+What a register tile allows: a work-group holding the alpha^2 sums of bm x bn pairs moves at
+least I O / bm + F T / bn >= 2 sqrt(I O F T / (bm bn)) bytes (x of I bytes read once per block
+of channels, the filters of F bytes once per block of the T tiles), plus y; with the sums in
+registers (at most 144 a work-item, 256 work-items: 2304 pairs for F(2x2), 1024 for F(4x4))
+that is 2.29x and 1.83x the compulsory bytes at 64 -> 64 channels, 56 x 56 before the halo,
+2.59x and 2.02x at 128 -> 128, 28 x 28. The defaults move (static count, batch 1)
+  64 x 56:  F(2x2) 2.79x, F(4x4) 2.16x  (the 4 x 8 / 2 x 8 blocks before: 4.04x, 2.79x)
+  128 x 28: F(2x2) 3.31x, F(4x4) 2.37x  (5.18x, 3.38x)
+  256 x 14: F(2x2) 1.51x, F(4x4) 1.22x  (2.45x, 2.45x)
+so 2x at the first two needs on-chip reuse beyond the register tile (the input region of every
+channel, or the filters of every channel, in local memory across blocks: over 48 KiB there).
+Such blocks keep few work-groups busy at batch 1 (28 and 14 at 64 x 56): the traffic is the figure
+they minimize, not the occupancy.
 
 The unfused kernels (winograd_2x2 / winograd_4x4: transforms and products through global
 memory) stay: below the fused ones on a GPU (forceable with impl=), above them on a CPU device,
-where their GEMM tile is faster (PoCL: 1.3-1.8x the time for the fused kernel at batch 8).
+where their GEMM tile is faster (PoCL: 1.3-1.8x the time for the fused kernel at batch 8). A
+CPU device's fused default stays DEFAULTS: default_for's blocks took 0.9-2.9x its time on PoCL.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import product
+
+import numpy as np
 
 from ..implementation import Kernel, kernel_impl
+from ..ops.conv2d import pads_for
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..codegen.tile_layout import phase_wavefronts
@@ -31,9 +52,11 @@ from .gemm_tile import LOCAL_BYTES
 #: most sums a work-item keeps (alpha^2 * tm * tn) before the registers spill
 MAX_SUMS = 144
 
-#: defaults by tile size m: 2x2 tiles in 4 x 8 blocks of 32 output channels, 2 x 2 (o, tile)
-#: pairs a work-item (64 sums); 4x4 tiles in 2 x 8 blocks, 2 x 1 pairs (72 sums), 4 channels a
-#: step (36 KiB of local memory at 8 would leave no room for two blocks a multiprocessor)
+#: defaults by tile size m where the call's sizes are symbolic and on a CPU device (a GPU with
+#: constant sizes takes default_for's): 2x2 tiles in 4 x 8 blocks of 32 output channels, 2 x 2
+#: (o, tile) pairs a work-item (64 sums); 4x4 tiles in 2 x 8 blocks, 2 x 1 pairs (72 sums), 4
+#: channels a step (36 KiB of local memory at 8 would leave no room for two blocks a
+#: multiprocessor)
 DEFAULTS = {2: {"bm": 32, "bth": 4, "btw": 8, "bk": 8, "tm": 2, "tn": 2},
             4: {"bm": 32, "bth": 2, "btw": 8, "bk": 4, "tm": 2, "tn": 1}}
 
@@ -47,7 +70,8 @@ class Layout:
     padding), channels xs apart. U rows (a, kk) hold bm words at a stride of us, V rows bn at
     vs. The region is loaded in the order of its words (a warp still reads whole runs of a row
     of x). The paddings are the smallest that make the config's requests conflict-free in the
-    bank model (gpucg.verify.banks), or else the fewest extra wavefronts, found by trying."""
+    bank model (gpucg.verify.banks), or else the fewest extra wavefronts, found by trying; none
+    where the padded tiles would not fit the local memory."""
 
     m: int
     r: int
@@ -139,7 +163,8 @@ def _layout(m, bth, btw, bk, bm, tm, tn, nchw) -> Layout:
             if cost == 0:
                 break
         lay = best[1]
-    return lay
+    plain = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw)
+    return lay if 4 * lay.words(config) <= LOCAL_BYTES else plain
 
 
 def layout(config, m: int, nchw: bool) -> Layout:
@@ -160,19 +185,123 @@ def local_bytes(config, m: int) -> int:
     return 4 * config["bk"] * (region + a2 * (config["bm"] + config["bth"] * config["btw"]))
 
 
-def space(m: int, nchw: bool) -> ConfigSpace:
-    """The fused kernel's tiles for F(m x m, 3 x 3) (its padded layout depends on the data
-    layout, ``nchw``)."""
-    a2 = (m + 2) ** 2
+KNOBS = {"bm": (8, 16, 32, 64), "bth": (1, 2, 4, 7, 8), "btw": (2, 4, 7, 8, 14, 16),
+         "bk": (2, 4, 8, 16), "tm": (1, 2, 4), "tn": (1, 2, 4, 8)}
 
-    def ok(c):
-        bn = c["bth"] * c["btw"]
-        return (c["bm"] % c["tm"] == 0 and bn % c["tn"] == 0 and 32 <= work_group(c) <= 256
-                and a2 * c["tm"] * c["tn"] <= MAX_SUMS and local_bytes(c, m) <= LOCAL_BYTES
-                and 4 * layout(c, m, nchw).words(c) <= LOCAL_BYTES)
-    knobs = {"bm": (8, 16, 32, 64), "bth": (1, 2, 4, 8), "btw": (2, 4, 8, 16),
-             "bk": (2, 4, 8, 16), "tm": (1, 2, 4), "tn": (1, 2, 4)}
-    return ConfigSpace(knobs, DEFAULTS[m], constraint=ok)
+
+def fits(c, m: int) -> bool:
+    """Whether a config is in the space (its layout's paddings are dropped where the padded
+    tiles would not fit the local memory: :class:`Layout`)."""
+    a2, bn = (m + 2) ** 2, c["bth"] * c["btw"]
+    return (c["bm"] % c["tm"] == 0 and bn % c["tn"] == 0 and 32 <= work_group(c) <= 256
+            and a2 * c["tm"] * c["tn"] <= MAX_SUMS and local_bytes(c, m) <= LOCAL_BYTES)
+
+
+def space(m: int, nchw: bool, call: "Call | None" = None) -> ConfigSpace:
+    """The fused kernel's tiles for F(m x m, 3 x 3); the default the one that moves the fewest
+    bytes on ``call`` (:func:`default_for`, in the data layout ``nchw``), else DEFAULTS[m]."""
+    default = DEFAULTS[m] if call is None else default_for(m, nchw, call)
+    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m))
+
+
+@dataclass(frozen=True)
+class Call:
+    """The sizes of one call (NCHW terms; pt, pl: the top and left padding) and the bytes of
+    an element of each tensor (bias and residual 0 where the call has none); ``w_words``: the
+    weight's elements an (o, c) pair, 9 filter taps or the alpha^2 words of U."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    oh: int
+    ow: int
+    pt: int
+    pl: int
+    x_bytes: int = 4
+    w_bytes: int = 4
+    y_bytes: int = 4
+    bias_bytes: int = 0
+    residual_bytes: int = 0
+    w_words: int = 9
+
+    @property
+    def compulsory(self) -> int:
+        """Inputs read once, the output written once (what Oclgrind's ratio divides by)."""
+        return (self.x_bytes * self.n * self.c * self.h * self.w
+                + self.w_bytes * self.w_words * self.o * self.c + self.bias_bytes * self.o
+                + (self.residual_bytes + self.y_bytes) * self.n * self.o * self.oh * self.ow)
+
+
+def call_for(geo, attrs, inputs, output, m: int | None = None) -> "Call | None":
+    """The :class:`Call` of a conv2d (``m``: the pre-transformed operator's tile, its weight
+    U), or None where a size is symbolic (N may be: the bytes scale with it)."""
+    sizes = (geo.c, geo.h, geo.w, geo.o, geo.oh, geo.ow)
+    if not all(isinstance(v, (int, np.integer)) or getattr(v, "is_Integer", False)
+               for v in sizes):
+        return None
+    pads = pads_for(attrs, int(geo.h), int(geo.w), 3, 3)
+    size = [np.dtype(t.dtype).itemsize for t in inputs] + [0, 0]
+    return Call(1, *(int(v) for v in sizes), pads[0], pads[1], x_bytes=size[0],
+                w_bytes=size[1], y_bytes=np.dtype(output.dtype).itemsize, bias_bytes=size[2],
+                residual_bytes=size[3], w_words=9 if m is None else (m + 2) ** 2)
+
+
+def _covered(lo: int, n: int, size: int) -> int:
+    return max(0, min(lo + n, size) - max(lo, 0))
+
+
+def traffic(config, m: int, call: Call) -> tuple[int, int]:
+    """(bytes loaded, bytes stored) of global memory by the fused kernel with ``config`` on
+    ``call``, counted as the template moves them (equal to Oclgrind's count): per work-group
+    and step, the input region's elements inside x; the weights of its bm x bk (o, c)
+    pairs with o valid; in the epilogue each valid output
+    channel's bias by each of the bth * btw / tn work-items of its row, each output's
+    residual; each output stored once."""
+    bm, bth, btw = config["bm"], config["bth"], config["btw"]
+    th, tw = ceil_div(call.oh, m), ceil_div(call.ow, m)
+    bh, bw = ceil_div(th, bth), ceil_div(tw, btw)
+    rows = sum(_covered(b * bth * m - call.pt, m * bth + 2, call.h) for b in range(bh))
+    cols = sum(_covered(b * btw * m - call.pl, m * btw + 2, call.w) for b in range(bw))
+    blocks = call.n * bh * bw
+    outputs = call.n * call.o * call.oh * call.ow
+    loaded = (call.n * ceil_div(call.o, bm) * call.c * rows * cols * call.x_bytes
+              + blocks * call.o * (call.c * call.w_words * call.w_bytes
+                                   + bth * btw // config["tn"] * call.bias_bytes)
+              + outputs * call.residual_bytes)
+    return loaded, outputs * call.y_bytes
+
+
+def blockings(m: int):
+    """Every blocking of the space (bm, bth, btw, tm, tn; bk 2), its layout not padded."""
+    names = ("bm", "bth", "btw", "tm", "tn")
+    for values in product(*(KNOBS[k] for k in names)):
+        c = dict(zip(names, values), bk=2)
+        if fits(c, m):
+            yield c
+
+
+@lru_cache(maxsize=None)
+def default_for(m: int, nchw: bool, call: Call) -> dict:
+    """The config of the space that moves the fewest bytes on ``call`` (:func:`traffic`; ties:
+    fewer (output channel, tile) pairs computed past the edges, fewer sums a work-item, more
+    work-items), with the most channels a step that fit and a layout conflict-free in the
+    bank model."""
+    th, tw = ceil_div(call.oh, m), ceil_div(call.ow, m)
+    ranked = []
+    for c in blockings(m):
+        if work_group(c) % 32:
+            continue
+        pairs = (ceil_div(call.o, c["bm"]) * c["bm"] * ceil_div(th, c["bth"]) * c["bth"]
+                 * ceil_div(tw, c["btw"]) * c["btw"])
+        ranked.append((sum(traffic(c, m, call)), pairs, c["tm"] * c["tn"], -work_group(c), c))
+    for *_, c in sorted(ranked, key=lambda r: r[:4])[:16]:
+        for bk in (8, 4, 2):
+            c = dict(c, bk=bk)
+            if fits(c, m) and not _extra(requests(c, m, nchw)):
+                return c
+    return DEFAULTS[m]
 
 
 def _run(ctx, fused) -> None:
@@ -199,12 +328,17 @@ def decl(m: int, pre: bool):
         "conv2d/winograd_fused.j2", {"pre": pre}, derive=_strides,
         doc=f"the input region in local memory, V = B^T d B there, {what}, the alpha^2 "
             "products in registers, A^T M A and the epilogue",
-        low_occupancy=lambda p: LOW_4X4 if p["m"] == 4 else ""))
+        low_occupancy=_low))
 
 
-#: why F(4x4)'s default may run one block a multiprocessor
-LOW_4X4 = ("F(4x4): 36 sums of 2 (o, tile) pairs a work-item, about 170 registers on sm_80 "
-           "(capped at 128 for two blocks it spills)")
+def _low(p) -> str:
+    """Why a config may run one block a multiprocessor."""
+    sums = (p["m"] + 2) ** 2 * p["tm"] * p["tn"]
+    if sums <= 64:
+        return ""
+    return (f"{sums} sums a work-item (all alpha^2 of {p['tm'] * p['tn']} (o, tile) pairs in "
+            "registers, 170-240 registers on sm_80/sm_90: capped at 128 for two blocks they "
+            "spill); the blocks that move the fewest bytes need that many (default_for)")
 
 
 #: (tile, U given) -> declaration
