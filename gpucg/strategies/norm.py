@@ -36,7 +36,7 @@ from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.norm import SOFTMAX_OPS
-from ..runtime.base import ceil_div, split_chunks
+from ..runtime.base import ceil_div, split_chunks, vector_chunks
 from ..shape import alignment, normalize_axis, split_axis
 from ..strategy import Strategy
 
@@ -121,7 +121,14 @@ def _gather(ctx, main, init, pairs, apply) -> None:
     then the other chunks mapped, row_loop rows a work-group (gamma and beta read once)."""
     outer, n, _ = _dims(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunk, chunks = split_chunks(n, outer, wg * c["chunk_items"], c["groups"])
+    vw = c["vw"] if _split_items(c) else 1
+    chunk, chunks = vector_chunks(n, outer, wg * c["chunk_items"], c["groups"], vw)
+    if _split_items(c) and chunk > wg * c["chunk_items"]:
+        # a lane holds chunk_items: more (smaller) chunks than `groups` asks for, each a
+        # multiple of vw (a chunk of an aligned row starts aligned)
+        chunks = ceil_div(n, wg * c["chunk_items"])
+        chunk = ceil_div(ceil_div(n, chunks), vw) * vw
+        chunks = ceil_div(n, chunk)
     if chunks == 1:
         _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, wg)
         return
@@ -192,7 +199,9 @@ def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
     conditions hold whatever a tuning record picks. The cached kernels' vw: elements a 128-bit
     access moves (1: scalar accesses, the CPU's default); row_loop: rows a warp or work-group
     maps in turn (layer_norm and rms_norm on a GPU: 8, so that their gamma and beta are read
-    once for 8 rows: 1.125x the compulsory bytes at most on many rows, 1.0x on up to 8)."""
+    once for 8 rows: 1.125x the compulsory bytes at most on many rows, 1.0x on up to 8). The
+    split kernels take vw and row_loop where they hold their chunks (online, chunk_items 16;
+    chunks a multiple of vw) and the apply pass's rows share gamma and beta."""
     online, unroll = (False, True), (1, 2, 4, 8)
     cached = {"vw": tuple(sorted({1, vw})), "row_loop": (1, 2, 4, 8, 16)}
     more = {"vw": 1, "row_loop": 1} if on_cpu else {"vw": vw, "row_loop": 8 if gamma else 1}
@@ -215,11 +224,12 @@ def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
                               {"wg": 256, "online": True, "unroll": 2}),
         "split": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
                               "unroll": unroll, "chunk_items": (16, 256, 4096),
-                              "groups": (8, 256, 1024), "row_loop": (1, 2, 4, 8, 16)},
+                              "groups": (8, 256, 1024), "row_loop": (1, 2, 4, 8, 16),
+                              "vw": cached["vw"]},
                              {"wg": 1, "online": False, "unroll": 8, "chunk_items": 4096,
-                              "groups": 8, "row_loop": 1} if on_cpu else
+                              "groups": 8, "row_loop": 1, "vw": 1} if on_cpu else
                              {"wg": 256, "online": True, "unroll": 2, "chunk_items": 16,
-                              "groups": 1024, "row_loop": 8 if gamma else 1}),
+                              "groups": 1024, "row_loop": 8 if gamma else 1, "vw": vw}),
         "cols": ConfigSpace({"wg": (1, 16, 64, 128, 256), "online": online, "unroll": unroll},
                             {"wg": 16, "online": False, "unroll": 1} if on_cpu else
                             {"wg": 128, "online": True, "unroll": 1}),
