@@ -35,11 +35,14 @@ PLAN = [
 ]
 
 
-def _run(op, x, params, impl, config, axis=-1, index="int32"):
+def _run(op, x, params, impl, config, axis=-1, index="int32", vw=None):
+    """y, by impl with config forced on PoCL; vw: the 128-bit accesses' elements it must take."""
     types = [gpucg.tensor(a.shape, a.dtype.name) for a in [x, *params]]
     f = gpucg.compile(op, *types, axis=axis, target=GPU, impl=impl, config=config, index=index)
     got = np.asarray(gpucg.to_host(f(x, *params)))
     assert f.last_impl.startswith(impl), f.last_impl
+    if vw is not None:
+        assert f.selection.choices[f.plan(x, *params).index].config["vw"] == vw
     return got
 
 
@@ -60,14 +63,16 @@ def test_gathered_kernels_against_float64(pocl, impl, shape, axis, config):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_storage_dtypes_and_64_bit_indices(pocl, dtype):
-    """16-bit storage (float32 math) and float64, split rows and a non-last axis."""
+    """16-bit storage (float32 math) and float64: split rows of whole 128-bit vectors (they take
+    vw = 16 bytes; 16400 in chunks of 4096: the last chunk shorter) and a non-last axis."""
     rng = np.random.default_rng(7)
     nd = numpy_dtype(dtype)
-    for impl, shape, axis in (("norm_split", (2, 16395), -1), ("norm_cols", (33, 4, 3), 0)):
+    plan = (("norm_split", (2, 16400), -1, 16 // nd.itemsize), ("norm_cols", (33, 4, 3), 0, None))
+    for impl, shape, axis, vw in plan:
         for op in ("softmax", "layer_norm") if dtype != "float64" else OPS:
             x = (rng.standard_normal(shape) * 3).astype(nd)
             params = [p.astype(nd) for p in params_for(op, shape[axis], "float32", rng)]
-            got = _run(op, x, params, impl, {}, axis, "int64")
+            got = _run(op, x, params, impl, {}, axis, "int64", vw)
             assert got.dtype == nd
             if dtype == "bfloat16":  # check() knows NumPy's dtypes: compare in float32
                 x, params = x.astype(np.float32), [p.astype(np.float32) for p in params]
