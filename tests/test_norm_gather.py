@@ -26,8 +26,9 @@ PLAN = [
     # 100 rows want 11 chunks of 1490, more than a lane holds: 16 chunks of 1024; row_loop 16
     # leaves groups past the last row
     ("norm_split", (100, 16384), -1, {"wg": 64, "row_loop": 16}),
-    # one work-item a chunk (no lane meeting)
+    # one work-item a chunk (no lane meeting); no rows at all
     ("norm_split", (1, 16411), -1, {"wg": 1, "groups": 8, "chunk_items": 4096}),
+    ("norm_split", (0, 16411), -1, {}),
     # gamma and beta in three tiles of 128
     ("norm_cols", (3, 257, 5), 1, {}),
     ("norm_cols", (40, 7), 0, {"wg": 1, "unroll": 2}),
