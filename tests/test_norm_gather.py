@@ -133,3 +133,20 @@ def test_cpu_defaults_keep_their_passes():
     gpu = gpucg.explain("softmax", gpucg.tensor((2, 40000), "float32"), target="cuda")
     split = [c for c in gpu.choices if c.impl.name.startswith("norm_split")][0]
     assert split.config["online"] is True and split.config["chunk_items"] == 16
+
+
+#: kernels reading rows from memory, forced with vw = 4 (rows of whole 128-bit vectors): the
+#: lanes take runs of 4 in turn (blocks; split chunks from memory, gathered and offline)
+VECTOR = [("norm_blocks", (3, 5008), {"unroll": 4, "wg": 64}),
+          ("norm_split", (2, 16400), {"chunk_items": 256}),
+          ("norm_split", (2, 16400), {"online": False, "unroll": 4})]
+
+
+@pytest.mark.parametrize("impl,shape,config", VECTOR, ids=[f"{v[0]}-{len(v[2])}" for v in VECTOR])
+def test_rows_read_from_memory_in_128_bit_runs(pocl, impl, shape, config):
+    rng = np.random.default_rng(10)
+    for op in ("softmax", "layer_norm"):
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        x[0, :5] = -np.inf if op == "softmax" else 1e30
+        params = params_for(op, shape[-1], "float32", rng)
+        check(op, _run(op, x, params, impl, config, vw=4), x, params, tag=f"{impl} {config}")

@@ -344,3 +344,16 @@ def test_split_rows_gather_with_shuffles_and_128_bits(sass_or_skip, arch, op, pa
             (("STG.128",) if kernel == "apply" or own else ())
         sass.assert_sass(mix, has=has, none=("LDL", "STL"), what=f"{op} norm_split/{kernel} {arch}")
         assert mix["BAR"] <= most, f"{op} norm_split/{kernel} {arch}: {mix['BAR']} barriers"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,params", [("log_softmax", 0), ("layer_norm", 2)])
+def test_norm_blocks_read_128_bit_runs(sass_or_skip, arch, op, params):
+    """norm_blocks (rows read again for each pass) as the dispatcher picks it for 8192-long
+    rows: 128-bit loads and stores, shuffles, two barriers a block reduction (layer_norm's
+    one-pass statistics: the mean, then the pair)."""
+    types = [gpucg.tensor((4096, 8192), "float32")] + [gpucg.tensor((8192,), "float32")] * params
+    mix = mixes(op, *types, impl="norm_blocks", arch=arch)["main"]
+    sass.assert_sass(mix, has=("LDG.128", "STG.128", "SHFL"), none=("LDL", "STL"),
+                     what=f"{op} norm_blocks {arch}")
+    assert mix["BAR"] <= 2 * (1 + params // 2), f"{op} norm_blocks {arch}: {mix['BAR']} barriers"

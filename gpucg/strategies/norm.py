@@ -36,7 +36,7 @@ from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.norm import SOFTMAX_OPS
-from ..runtime.base import ceil_div, split_chunks, vector_chunks
+from ..runtime.base import ceil_div, vector_chunks
 from ..shape import alignment, normalize_axis, split_axis
 from ..strategy import Strategy
 
@@ -94,7 +94,7 @@ def _split(ctx, main, sums, pairs, apply) -> None:
     each chunk, then the row's pair from its chunks' and each chunk mapped."""
     outer, n, _ = _dims(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunk, chunks = split_chunks(n, outer, wg * c["chunk_items"], c["groups"])
+    chunk, chunks = vector_chunks(n, outer, wg * c["chunk_items"], c["groups"], c["vw"])
     if chunks == 1:
         _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, wg)
         return
@@ -121,7 +121,7 @@ def _gather(ctx, main, init, pairs, apply) -> None:
     then the other chunks mapped, row_loop rows a work-group (gamma and beta read once)."""
     outer, n, _ = _dims(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    vw = c["vw"] if _split_items(c) else 1
+    vw = c["vw"]
     chunk, chunks = vector_chunks(n, outer, wg * c["chunk_items"], c["groups"], vw)
     if _split_items(c) and chunk > wg * c["chunk_items"]:
         # a lane holds chunk_items: more (smaller) chunks than `groups` asks for, each a
@@ -200,8 +200,9 @@ def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
     access moves (1: scalar accesses, the CPU's default); row_loop: rows a warp or work-group
     maps in turn (layer_norm and rms_norm on a GPU: 8, so that their gamma and beta are read
     once for 8 rows: 1.125x the compulsory bytes at most on many rows, 1.0x on up to 8). The
-    split kernels take vw and row_loop where they hold their chunks (online, chunk_items 16;
-    chunks a multiple of vw) and the apply pass's rows share gamma and beta."""
+    split kernels take vw (chunks a multiple of it) and row_loop where they hold their chunks
+    (online, chunk_items 16): the apply pass's rows share gamma and beta. The kernels reading
+    rows from memory (blocks, split) take vw too: lanes take runs of vw in turn."""
     online, unroll = (False, True), (1, 2, 4, 8)
     cached = {"vw": tuple(sorted({1, vw})), "row_loop": (1, 2, 4, 8, 16)}
     more = {"vw": 1, "row_loop": 1} if on_cpu else {"vw": vw, "row_loop": 8 if gamma else 1}
@@ -219,9 +220,9 @@ def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
                              constraint=lambda c: c["wg"] * c["items"] == GROUP_CAPACITY
                              and c["items"] % c["vw"] == 0),
         "blocks": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
-                               "unroll": unroll},
-                              {"wg": 1, "online": False, "unroll": 8} if on_cpu else
-                              {"wg": 256, "online": True, "unroll": 2}),
+                               "unroll": unroll, "vw": cached["vw"]},
+                              {"wg": 1, "online": False, "unroll": 8, "vw": 1} if on_cpu else
+                              {"wg": 256, "online": True, "unroll": 2, "vw": vw}),
         "split": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
                               "unroll": unroll, "chunk_items": (16, 256, 4096),
                               "groups": (8, 256, 1024), "row_loop": (1, 2, 4, 8, 16),
