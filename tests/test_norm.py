@@ -156,12 +156,13 @@ def test_cpu_defaults_split_long_rows():
 def test_row_length_decides_at_run_time():
     m, n = gpucg.var("m"), gpucg.var("n")
     sel = gpucg.explain("softmax", gpucg.tensor((m, n), "float32"), target="cuda")
-    # the cached kernels twice: 128-bit accesses where rows and address are aligned, else vw=1
+    # every row kernel twice: 128-bit accesses where rows and address are aligned, else vw=1
     assert [(c.impl.name, c.config.get("vw")) for c in sel.choices] == [
-        ("norm_warp.cuda", 4), ("norm_warp.cuda", 1), ("norm_split.cuda", None),
-        ("norm_group.cuda", 4), ("norm_group.cuda", 1), ("norm_blocks.cuda", None)]
+        ("norm_warp.cuda", 4), ("norm_warp.cuda", 1), ("norm_split.cuda", 4),
+        ("norm_split.cuda", 1), ("norm_group.cuda", 4), ("norm_group.cuda", 1),
+        ("norm_blocks.cuda", 4), ("norm_blocks.cuda", 1)]
     assert str(sel.choices[1].condition) == "n <= 256"
-    assert str(sel.choices[4].condition) == "n <= 4096"
+    assert str(sel.choices[5].condition) == "n <= 4096"
     cols = gpucg.explain("layer_norm", gpucg.tensor((n, m), "float32"),
                          gpucg.tensor((n,), "float32"), gpucg.tensor((n,), "float32"), axis=0,
                          target="cuda")

@@ -390,3 +390,40 @@ def test_column_reductions_load_128_bits(sass_or_skip, arch, op, shape, dtype, a
         mix, what = got[kernel], f"{op} {impl}/{kernel} {dtype} {arch}"
         sass.assert_sass(mix, has=("LDG.128",) if vector else (), none=("LDL", "STL"), what=what)
         assert mix["BAR"] <= 4, (what, mix["BAR"])
+
+#: norm_split's gathered kernels (issue 19) as the dispatcher picks them for few long rows:
+#: (op, gamma and beta, {kernel: most BAR}, whether pairs stores y). pairs: the chunk's
+#: statistics by shuffles (layer_norm: the mean, then the pair), the last-arrival flag's
+#: broadcast, the last group's combining of the row's (softmax's then maps its own chunk);
+#: apply: the row's statistics broadcast (read again, a second barrier, for row_loop rows)
+_SPLIT = [("softmax", 0, {"pairs": 5, "apply": 1}, True),
+          ("log_softmax", 0, {"pairs": 5, "apply": 1}, True),
+          ("rms_norm", 1, {"pairs": 5, "apply": 2}, False),
+          ("layer_norm", 2, {"pairs": 9, "apply": 2}, False)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,params,bars,own", _SPLIT, ids=[s[0] for s in _SPLIT])
+def test_split_rows_gather_with_shuffles_and_128_bits(sass_or_skip, arch, op, params, bars, own):
+    types = [gpucg.tensor((8, 65536), "float32")] + [gpucg.tensor((65536,), "float32")] * params
+    got = {r.kernel: r.sass for r in res.resources(op, *types, target=f"cuda -arch={arch}",
+                                                   impl="norm_split", sass=True) if r.selected}
+    for kernel, most in bars.items():
+        mix = got[kernel]
+        has = ("LDG.128",) + (("SHFL",) if kernel == "pairs" else ()) + \
+            (("STG.128",) if kernel == "apply" or own else ())
+        sass.assert_sass(mix, has=has, none=("LDL", "STL"), what=f"{op} norm_split/{kernel} {arch}")
+        assert mix["BAR"] <= most, f"{op} norm_split/{kernel} {arch}: {mix['BAR']} barriers"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,params", [("log_softmax", 0), ("layer_norm", 2)])
+def test_norm_blocks_read_128_bit_runs(sass_or_skip, arch, op, params):
+    """norm_blocks (rows read again for each pass) as the dispatcher picks it for 8192-long
+    rows: 128-bit loads and stores, shuffles, two barriers a block reduction (layer_norm's
+    one-pass statistics: the mean, then the pair)."""
+    types = [gpucg.tensor((4096, 8192), "float32")] + [gpucg.tensor((8192,), "float32")] * params
+    mix = mixes(op, *types, impl="norm_blocks", arch=arch)["main"]
+    sass.assert_sass(mix, has=("LDG.128", "STG.128", "SHFL"), none=("LDL", "STL"),
+                     what=f"{op} norm_blocks {arch}")
+    assert mix["BAR"] <= 2 * (1 + params // 2), f"{op} norm_blocks {arch}: {mix['BAR']} barriers"

@@ -200,7 +200,7 @@ LONGEST_HELD_ROW = 4096
 def test_norm_traffic_figures():
     """The checked-in Oclgrind traffic of the norms (tests/resources/norm.json, regenerated
     with their vector configs): rows one warp or work-group holds at most 1.1x the compulsory
-    bytes; the softmax rows split over work-groups and non-last axes at most 1.5x."""
+    bytes; rows split over work-groups and non-last axes at most 1.5x, every op."""
     figures = json.loads((Path(__file__).parent / "resources" / "norm.json").read_text())["traffic"]
     held = {k: v for k, v in figures.items() if "norm_warp" in k or "norm_group" in k}
     assert len(held) >= 8
@@ -209,3 +209,11 @@ def test_norm_traffic_figures():
     for key, f in figures.items():
         if key.startswith(("softmax", "log_softmax")) and "norm_cols" in key:
             assert f["ratio"] <= 1.5, (key, f)
+    # rows split over work-groups and non-last axes, every op (issue 19): x read at most twice,
+    # gamma and beta once, the chunks' statistics combined once
+    spread = {k: v for k, v in figures.items() if "norm_split" in k or "norm_cols" in k}
+    assert {(k.split("|")[0], k.split("|")[2].split(".")[0]) for k in spread} == {
+        (op, impl) for op in ("softmax", "log_softmax", "layer_norm", "rms_norm")
+        for impl in ("norm_split", "norm_cols")}
+    for key, f in spread.items():
+        assert f["ratio"] <= 1.5 and (f["loaded"] + f["stored"]) <= 1.5 * f["compulsory"], (key, f)

@@ -145,7 +145,10 @@ def _cases(op: str, params: tuple):
                 c((2, 40009), "float64", "small", "long rows, split"),
                 c((7, 3, 5), "float32", "small", "a non-last axis", axis=1),
                 c((16, 128), "float32", "small", "rows of whole 128-bit vectors (a warp)"),
-                c((3, 1024), "float32", "small", "rows of whole 128-bit vectors")]
+                c((3, 1024), "float32", "small", "rows of whole 128-bit vectors"),
+                c((2, 16392), "float32", "small", "long rows of whole 128-bit vectors, split"),
+                c((2, 300, 3), "float32", "small", "a non-last axis longer than a work-group",
+                  axis=1)]
     return cases
 
 

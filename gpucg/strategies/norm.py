@@ -9,9 +9,17 @@ GPU implementations, by plevel (conditions on the symbolic sizes, checked at run
                registers: the row is read once.
   norm_split   inner == 1, n >= 16384 and outer < 1024: few long rows; each row is split over
                several work-groups that exchange partial pairs (and sums, for layer_norm).
+               On GPUs (online): one pass over x gives each chunk's statistics (layer_norm's
+               mean and deviations together), the work-group arriving last at its row's
+               counter combines the row's once (softmax's then maps its chunk from
+               registers), and the apply pass maps the other chunks, row_loop rows a group so
+               that gamma and beta are read once: at most 1.5x the compulsory bytes (1.45x
+               softmax, 1.40x rms_norm, 1.33x layer_norm on two rows of 40009).
   norm_group   inner == 1 and n <= 4096: a work-group a row, held in registers (read once).
   norm_blocks  inner == 1: a work-group a row, read again for each pass (in blocks).
-  norm_cols    any inner: one work-item a column of a non-last axis (neighbours coalesced).
+  norm_cols    any inner: one work-item a column of a non-last axis (neighbours coalesced);
+               on GPUs layer_norm's statistics in one pass (Welford) and gamma and beta staged
+               in local memory a tile at a time: x read twice, 1.5x the compulsory bytes.
 On an OpenCL CPU device (PoCL) one work-item takes a row and finds its pairs in two passes
 (maximum, then sum), loops a CPU vectorizes; GPUs find them in one pass (an online maximum).
 """
@@ -28,7 +36,7 @@ from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..ops.norm import SOFTMAX_OPS
-from ..runtime.base import ceil_div, split_chunks
+from ..runtime.base import ceil_div, vector_chunks
 from ..shape import alignment, normalize_axis, split_axis
 from ..strategy import Strategy
 
@@ -36,6 +44,10 @@ WARP_CAPACITY = 256
 GROUP_CAPACITY = 4096
 SPLIT_N_MIN = 16384
 SPLIT_ROWS_MAX = 1024
+#: the split kernels keep a chunk in registers where a lane's share is at most this
+CACHED_CHUNK_ITEMS = 32
+#: work-items of the kernel clearing the split rows' counters
+INIT_WG = 256
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,7 @@ def _split(ctx, main, sums, pairs, apply) -> None:
     each chunk, then the row's pair from its chunks' and each chunk mapped."""
     outer, n, _ = _dims(ctx)
     c, wg = ctx.config, ctx.config["wg"]
-    chunk, chunks = split_chunks(n, outer, wg * c["chunk_items"], c["groups"])
+    chunk, chunks = vector_chunks(n, outer, wg * c["chunk_items"], c["groups"], c["vw"])
     if chunks == 1:
         _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, wg)
         return
@@ -97,12 +109,56 @@ def _split(ctx, main, sums, pairs, apply) -> None:
     _launch(apply, ctx, (*_io(ctx), *psum, pa, pb), rows, n, chunk, chunks, 1, wg)
 
 
-def _split_run(ctx, main, pairs, apply) -> None:
-    _split(ctx, main, None, pairs, apply)
+def _split_items(p) -> int:
+    """Elements a lane of the split kernels keeps in registers: a chunk's, where the chunks are
+    small (gathered statistics), else 0 (read from memory)."""
+    return p["chunk_items"] if p["online"] and p["chunk_items"] <= CACHED_CHUNK_ITEMS else 0
 
 
-def _split_mean_run(ctx, main, sums, pairs, apply) -> None:
-    _split(ctx, main, sums, pairs, apply)
+def _gather(ctx, main, init, pairs, apply) -> None:
+    """Rows split over work-groups, statistics gathered: each chunk's published, the row's
+    combined once by the work-group arriving last (softmax's maps its chunk from registers),
+    then the other chunks mapped, row_loop rows a work-group (gamma and beta read once)."""
+    outer, n, _ = _dims(ctx)
+    c, wg = ctx.config, ctx.config["wg"]
+    vw = c["vw"]
+    chunk, chunks = vector_chunks(n, outer, wg * c["chunk_items"], c["groups"], vw)
+    if _split_items(c) and chunk > wg * c["chunk_items"]:
+        # a lane holds chunk_items: more (smaller) chunks than `groups` asks for, each a
+        # multiple of vw (a chunk of an aligned row starts aligned)
+        chunks = ceil_div(n, wg * c["chunk_items"])
+        chunk = ceil_div(ceil_div(n, chunks), vw) * vw
+        chunks = ceil_div(n, chunk)
+    if chunks == 1:
+        _launch(main, ctx, _io(ctx), outer, n, n, 1, 1, wg)
+        return
+    s, rows, acc = ctx.size, outer * chunks, np.dtype(ctx.info.acc)
+    nv = 3 if ctx.info.op == "layer_norm" else 2
+    part = ctx.empty((rows * nv * acc.itemsize // 4,), np.uint32)
+    counter = ctx.empty((outer + 1,), np.uint32)
+    init(counter, s(outer), grid=ceil_div(outer + 1, INIT_WG), block=INIT_WG)
+    stats = ctx.empty((outer * nv,), acc)
+    own = ctx.info.op in SOFTMAX_OPS and _split_items(c) > 0
+    last = (ctx.empty((outer,), np.int32),) if own else ()
+    x, y = ctx.inputs[0], ctx.outputs[0]
+    dims = (s(rows), s(n), s(chunk), s(chunks), s(1))
+    pairs(x, *((y,) if own else ()), part, counter, stats, *last, *dims, grid=rows, block=wg)
+    loop = c["row_loop"] if _split_items(c) else 1
+    apply(*_io(ctx), stats, *last, *dims, grid=chunks * ceil_div(outer, loop), block=wg)
+
+
+def _split_run(ctx, main, pairs, apply, init) -> None:
+    if ctx.config["online"]:
+        _gather(ctx, main, init, pairs, apply)
+    else:
+        _split(ctx, main, None, pairs, apply)
+
+
+def _split_mean_run(ctx, main, sums, pairs, apply, init) -> None:
+    if ctx.config["online"]:
+        _gather(ctx, main, init, pairs, apply)
+    else:
+        _split(ctx, main, sums, pairs, apply)
 
 
 NORM_WARP = kernel_impl("norm_warp", _row_run("lanes"), main=Kernel(
@@ -118,10 +174,15 @@ _SPLIT = {"strided": False, "items": 0}
 _SPLIT_KERNELS = dict(
     main=Kernel("norm/rows.j2", dict(_SPLIT, mode="row"), lambda p: {"lanes": p["wg"]},
                 doc="a row short enough for one work-group"),
-    pairs=Kernel("norm/rows.j2", dict(_SPLIT, mode="pair"), lambda p: {"lanes": p["wg"]},
-                 doc="the pair of each chunk of a row"),
-    apply=Kernel("norm/rows.j2", dict(_SPLIT, mode="apply"), lambda p: {"lanes": p["wg"]},
-                 doc="the row's pair from its chunks', then each chunk mapped"))
+    pairs=Kernel("norm/rows.j2", dict(_SPLIT, mode="pair"),
+                 lambda p: {"lanes": p["wg"], "items": _split_items(p)},
+                 doc="the pair of each chunk of a row (online: gathered into the row's by the "
+                     "last group of the row)"),
+    apply=Kernel("norm/rows.j2", dict(_SPLIT, mode="apply"),
+                 lambda p: {"lanes": p["wg"], "items": _split_items(p)},
+                 doc="the row's pair from its chunks' (online: read), then each chunk mapped"),
+    init=Kernel("scan/lookback_init.j2", derive=lambda p: {"wg": INIT_WG},
+                doc="online: the rows' counters set to 0"))
 NORM_SPLIT = kernel_impl("norm_split", _split_run, **_SPLIT_KERNELS)
 #: layer_norm's split rows sum their chunks first (the mean the pairs are taken about)
 NORM_SPLIT_MEAN = kernel_impl(
@@ -138,7 +199,10 @@ def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
     conditions hold whatever a tuning record picks. The cached kernels' vw: elements a 128-bit
     access moves (1: scalar accesses, the CPU's default); row_loop: rows a warp or work-group
     maps in turn (layer_norm and rms_norm on a GPU: 8, so that their gamma and beta are read
-    once for 8 rows: 1.125x the compulsory bytes at most on many rows, 1.0x on up to 8)."""
+    once for 8 rows: 1.125x the compulsory bytes at most on many rows, 1.0x on up to 8). The
+    split kernels take vw (chunks a multiple of it) and row_loop where they hold their chunks
+    (online, chunk_items 16): the apply pass's rows share gamma and beta. The kernels reading
+    rows from memory (blocks, split) take vw too: lanes take runs of vw in turn."""
     online, unroll = (False, True), (1, 2, 4, 8)
     cached = {"vw": tuple(sorted({1, vw})), "row_loop": (1, 2, 4, 8, 16)}
     more = {"vw": 1, "row_loop": 1} if on_cpu else {"vw": vw, "row_loop": 8 if gamma else 1}
@@ -156,16 +220,17 @@ def _spaces(on_cpu: bool, vw: int, gamma: bool) -> dict:
                              constraint=lambda c: c["wg"] * c["items"] == GROUP_CAPACITY
                              and c["items"] % c["vw"] == 0),
         "blocks": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
-                               "unroll": unroll},
-                              {"wg": 1, "online": False, "unroll": 8} if on_cpu else
-                              {"wg": 256, "online": True, "unroll": 2}),
+                               "unroll": unroll, "vw": cached["vw"]},
+                              {"wg": 1, "online": False, "unroll": 8, "vw": 1} if on_cpu else
+                              {"wg": 256, "online": True, "unroll": 2, "vw": vw}),
         "split": ConfigSpace({"wg": (1, 64, 128, 256, 512, 1024), "online": online,
                               "unroll": unroll, "chunk_items": (16, 256, 4096),
-                              "groups": (8, 256, 1024)},
+                              "groups": (8, 256, 1024), "row_loop": (1, 2, 4, 8, 16),
+                              "vw": cached["vw"]},
                              {"wg": 1, "online": False, "unroll": 8, "chunk_items": 4096,
-                              "groups": 8} if on_cpu else
+                              "groups": 8, "row_loop": 1, "vw": 1} if on_cpu else
                              {"wg": 256, "online": True, "unroll": 2, "chunk_items": 16,
-                              "groups": 1024}),
+                              "groups": 1024, "row_loop": 8 if gamma else 1, "vw": vw}),
         "cols": ConfigSpace({"wg": (1, 16, 64, 128, 256), "online": online, "unroll": unroll},
                             {"wg": 16, "online": False, "unroll": 1} if on_cpu else
                             {"wg": 128, "online": True, "unroll": 1}),
