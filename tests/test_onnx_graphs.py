@@ -130,6 +130,7 @@ def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
 def test_torch_dynamo_export_of_sdpa_is_one_attention():
     """The real exporter's graph (about 3 s), against torch itself: the mirror above holds."""
     torch = pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")  # the dynamo exporter's own dependency
     import warnings
 
     class Sdpa(torch.nn.Module):
