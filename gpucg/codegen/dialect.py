@@ -12,6 +12,7 @@ from ..half import HALF_DTYPES
 from . import half_fns as _half
 from . import vector as _vec
 from .shuffle import SHFL_WORDS
+from .memsync import CUDA_SYNC, OPENCL_SYNC
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
 _AXES = "xyz"
@@ -75,6 +76,8 @@ class Dialect:
     local_ptr: str = ""
     #: 16-byte vector types (gpucg/codegen/vector.py)
     vector: object = None
+    #: synchronization between work-groups (gpucg/codegen/memsync.py): fence, flag load/store
+    sync: object = None
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -348,6 +351,7 @@ CUDA = Dialect(
     bf16_store_fn=_half.CUDA_F2BF,
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
+    sync=CUDA_SYNC,
     vector=_vec.CUDA_VECTORS,
 )
 
@@ -380,6 +384,7 @@ OPENCL = Dialect(
     bf16_store_fn=_half.OPENCL_F2BF,
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
+    sync=OPENCL_SYNC,
     vector=_vec.OPENCL_VECTORS,
 )
 

@@ -1,9 +1,8 @@
 """Synchronization between work-groups, as data: a global fence, a flag's atomic load and
 store, a vector store. A decoupled look-back (gpucg/templates/scan/_lookback.j2) writes a
 value, fences, then sets its flag atomically; a reader loads the flag atomically, fences,
-then reads the value. Templates write ``{% set sync = sync_of(d) %}``, then
-``{{ sync.fence }}``, ``{{ sync.load(ptr) }}``: the spellings follow the dialect, found by
-its name here, so templates never test it.
+then reads the value. Each Dialect holds its language's spellings as ``d.sync``, so templates
+write ``{{ d.sync.fence }}``, ``{{ d.sync.load(ptr) }}`` and never test the language.
 """
 
 from __future__ import annotations
@@ -49,14 +48,3 @@ CUDA_SYNC = MemSync(fence="__threadfence();", load_fmt="(*(volatile unsigned int
 OPENCL_SYNC = MemSync(fence="mem_fence(CLK_GLOBAL_MEM_FENCE);", load_fmt="atomic_or({ptr}, 0u)",
                       store_fmt="atomic_xchg({ptr}, {value})",
                       vector_store_fmt="vstore{n}(({vt}{n})({values}), 0, {ptr});")
-
-_SYNCS = {"cuda": CUDA_SYNC, "opencl": OPENCL_SYNC}
-
-
-def sync_of(d) -> MemSync:
-    """The synchronization spellings of dialect ``d``."""
-    try:
-        return _SYNCS[d.name]
-    except KeyError:
-        raise DTypeError(f"dialect {d.name!r} has no cross-work-group synchronization; "
-                         f"allowed: {', '.join(_SYNCS)}") from None

@@ -273,9 +273,6 @@ def environment() -> jinja2.Environment:
     from .tile_layout import simt_tile
 
     env.globals["simt_tile"] = simt_tile
-    from .memsync import sync_of  # sync_of(d): d's cross-work-group synchronization
-
-    env.globals["sync_of"] = sync_of
     return env
 
 
