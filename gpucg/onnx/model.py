@@ -14,12 +14,22 @@ import sympy
 from .. import compiled as _compiled
 from ..arrays import asarray, to_host
 from ..runtime import alignment_of, get_backend
+from ..shape import pyexpr
 from ..strategies.view import reshaped
 from ..target import resolve
 from .graph import Graph, OnnxError, value_at
 from .lower import Call
 
 _MEMO = 16  # bindings of the sizes whose size-dependent values are kept on the device
+
+
+def _sizes_fn(symbols, dims):
+    """A function of the symbols' values giving ``dims``, printed by the dispatcher's own
+    exact integer printer (shape.pyexpr: floor division, no float rounding at any size)."""
+    names = {sym: f"_a{i}" for i, sym in enumerate(symbols)}
+    body = "".join(pyexpr(sympy.sympify(d), names) + ", " for d in dims)
+    return eval(f"lambda {', '.join(names.values())}: ({body})",  # noqa: S307 - our printer
+                {"__builtins__": {"max": max, "min": min}})
 
 
 @dataclasses.dataclass
@@ -71,8 +81,7 @@ class Model:
         self._dynamic: dict = {}
         for call in calls:
             if call.view is not None:
-                fn = sympy.lambdify(self.symbols, [sympy.sympify(d) for d in call.view], "math")
-                self.steps.append(Step(call, sizes=fn))
+                self.steps.append(Step(call, sizes=_sizes_fn(self.symbols, call.view)))
                 continue
             types = [g.type_of(i) for i in call.inputs]
             op = _compiled.compile(call.op, *types, target=self.target, **call.attrs)
