@@ -120,9 +120,10 @@ def _shared_constants_intact():
     assert not bad, f"shared one-character objects overwritten: {bad}"
 
 
-@pytest.fixture(params=["numpy", "opencl"])
+@pytest.fixture(params=["numpy", "opencl", pytest.param("cuda", marks=pytest.mark.gpu)])
 def target(request):
-    """Every backend usable on this machine that runs in CI (cuda is in tests/gpu)."""
+    """Every backend usable on this machine: numpy and OpenCL (PoCL) in CI, and cuda where
+    CuPy sees a GPU (marked gpu, so `pytest -m gpu` runs the backend tier on it too)."""
     backend_or_skip(request.param)
     return request.param
 
@@ -213,9 +214,17 @@ def pytest_testnodedown(node, error):
         _WORKER_REPORTS.append(report)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--no-nvrtc-pass", action="store_true",
+                     help="skip the end-of-session NVRTC compile of every rendered CUDA source "
+                          "(the GPU tier on a CUDA machine, where CuPy compiled what ran)")
+
+
 def pytest_sessionfinish(session, exitstatus):
     ok, why = nvrtc.available()
     config = session.config
+    if config.getoption("--no-nvrtc-pass"):
+        return
     if hasattr(config, "workerinput"):  # an xdist worker: its pass, reported to the controller
         config.workeroutput["gpucg_nvrtc"] = {
             "sources": [hashlib.sha256(s.encode()).hexdigest() for s in _CUDA_SOURCES],
