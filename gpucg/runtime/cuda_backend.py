@@ -1,4 +1,10 @@
-"""The CUDA backend (CuPy RawModule). CuPy keeps its own on-disk cubin cache."""
+"""The CUDA backend, through CuPy.
+
+Kernels are compiled by NVRTC through CuPy's binding (``cupy.cuda.compiler.compile_using_nvrtc``)
+and loaded as modules (``cupy.cuda.function.Module``), not through ``cupy.RawModule``: RawModule
+always appends ``-ftz=true``, which flushes float32 subnormals to zero (``abs(1e-39)`` gave 0 on
+an H100), where gpucg's kernels keep IEEE semantics on every target. The CUBINs (or PTX, where
+the driver is older than NVRTC) go to gpucg's own disk cache."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from ..errors import CompileError, DTypeError, InputError, LaunchError, TargetUn
 from ..half import is_bfloat16
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous
-from .cache import cache_key
+from .cache import DiskCache, cache_key
 
 
 class CudaProgram(Program):
@@ -28,8 +34,16 @@ class CudaProgram(Program):
         self.backend.check_block(block)
         if grid > 2**31 - 1:
             raise LaunchError(f"CUDA grid of {grid} blocks exceeds 2^31-1 for {self.entry}")
+        events = self.backend._events
         try:
-            self.function((grid,), (block,), args)
+            if events is None:
+                self.function((grid,), (block,), args)
+            else:  # kernel_time(): events tight around the launch, the kernel's own time
+                start, end = self.backend.cupy.cuda.Event(), self.backend.cupy.cuda.Event()
+                start.record()
+                self.function((grid,), (block,), args)
+                end.record()
+                events.append((start, end))
         except Exception as exc:  # CuPy raises its own CUDADriverError types
             raise LaunchError(f"CUDA launch of {self.entry} failed: {exc}") from None
 
@@ -59,6 +73,9 @@ class CudaBackend(Backend):
         self._reason = ""
         self._programs: dict[str, CudaProgram] = {}
         self._module = cupy
+        self._disk = DiskCache(namespace="cuda")
+        #: while kernel_time() runs: the (start, end) events of every launch
+        self._events: list | None = None
 
     def _init(self) -> None:
         with self._lock:
@@ -86,6 +103,9 @@ class CudaBackend(Backend):
             self.device_name = name.decode() if isinstance(name, bytes) else str(name)
             self.arch = f"sm_{dev.compute_capability}"
             self._max_block = int(props["maxThreadsPerBlock"])
+            #: what else decides the binary: NVRTC's version and the driver's (CUBIN or PTX)
+            self._toolchain = (cupy.cuda.nvrtc.getVersion(),
+                               cupy.cuda.runtime.driverGetVersion())
             self._ready = True
 
     def status(self):
@@ -109,14 +129,13 @@ class CudaBackend(Backend):
     def compile(self, source: str, entry: str, options=()) -> CudaProgram:
         self._require()
         options = tuple(options) or ("-std=c++14",)
-        key = cache_key("cuda", source, options, self.arch, entry)
+        key = cache_key("cuda", source, options, self.arch, entry, self._toolchain)
         prog = self._programs.get(key)
         if prog is not None:
             stats.bump("memory_hits")
             return prog
         try:
-            module = self.cupy.RawModule(code=source, options=options)
-            function = module.get_function(entry)
+            function = self._load(source, entry, options, key)
         except self.cupy.cuda.compiler.CompileException as exc:
             raise CompileError(f"CUDA compile of {entry} failed", source, options,
                                str(exc)) from None
@@ -127,6 +146,19 @@ class CudaBackend(Backend):
         prog = CudaProgram(function, entry, self, source, options)
         self._programs[key] = prog
         return prog
+
+    def _load(self, source: str, entry: str, options: tuple, key: str):
+        """The kernel ``entry``: NVRTC's CUBIN for this device (from the disk cache when there),
+        loaded as a module. NVRTC's defaults hold: no -ftz, IEEE division and square root."""
+        binary = self._disk.get(key)
+        if binary is None:
+            binary, _ = self.cupy.cuda.compiler.compile_using_nvrtc(
+                source, options, arch=self.arch[len("sm_"):], cache_in_memory=True)
+            binary = binary.encode() if isinstance(binary, str) else bytes(binary)
+            self._disk.put(key, binary)
+        module = self.cupy.cuda.function.Module()
+        module.load(binary)
+        return module.get_function(entry)
 
     def empty(self, shape, dtype):
         self._require()
@@ -173,6 +205,26 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         if self._ready:
             self.cupy.cuda.get_current_stream().synchronize()
+
+    def kernel_time(self, fn, repeat: int = 10, warmup: int = 2) -> list[float]:
+        """Seconds per call of ``fn`` spent in its kernels: CUDA events recorded right before
+        and after each launch, summed over the call's launches. The host's work between them
+        (argument checks, the dispatcher, allocation) is not counted: where it is longer than
+        the kernels, time() measures the host and this the kernels."""
+        self._require()
+        for _ in range(warmup):
+            fn()
+        out = []
+        for _ in range(repeat):
+            self._events = []
+            try:
+                fn()
+            finally:
+                events, self._events = self._events, None
+            if events:
+                events[-1][1].synchronize()
+            out.append(sum(self.cupy.cuda.get_elapsed_time(s, e) for s, e in events) / 1e3)
+        return out
 
     def time(self, fn, repeat: int = 10, warmup: int = 2) -> list[float]:
         """Seconds per call, timed with CUDA events after warm-up."""

@@ -1,7 +1,8 @@
 """A stand-in for the parts of CuPy the CUDA backend uses, so its launch path runs with no GPU.
 
 ``CudaBackend(cupy=StandInCupy("sm_90"))`` is the real backend: it compiles through the
-stand-in's ``RawModule`` and launches through its kernel call, which records each launch
+stand-in's ``cuda.compiler.compile_using_nvrtc``, loads through its ``cuda.function.Module``
+and launches through its kernel call, which records each launch
 (kernel, grid, block, arguments) instead of running it. Arrays have a shape and a dtype but no
 memory, so benchmark-sized calls cost nothing. With ``check=True`` every kernel is compiled to
 PTX by NVRTC, and every launch is checked as the driver would take it: the arguments against
@@ -13,6 +14,7 @@ and grid, block and shared memory against the device's limits. A bad launch rais
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -71,7 +73,7 @@ class LaunchCheckError(RuntimeError):
 
 
 class CompileException(RuntimeError):
-    """What the stand-in's RawModule raises for source NVRTC rejects (as CuPy's)."""
+    """What the stand-in's compile raises for source NVRTC rejects (as CuPy's)."""
 
 
 @dataclass(frozen=True)
@@ -210,17 +212,20 @@ class _Function:
 
 
 class _Module:
-    def __init__(self, cupy: "StandInCupy", code: str, options: tuple):
-        self.cupy, self.code, self.options = cupy, code, tuple(options)
+    """cupy.cuda.function.Module: ``load`` a compiled binary, then ``get_function``."""
+
+    def __init__(self, cupy: "StandInCupy"):
+        self.cupy, self.code, self.options, self.ptx = cupy, "", (), None
+
+    def load(self, binary: bytes) -> None:
+        """``binary``: what the stand-in's compile returned (from gpucg's disk cache too)."""
+        what = json.loads(binary)
+        self.code, self.options, self.ptx = what["source"], tuple(what["options"]), what["ptx"]
 
     def get_function(self, entry: str) -> _Function:
-        if not self.cupy.check:
+        if self.ptx is None:
             return _Function(self, entry, None)
-        try:
-            ptx = nvrtc.compile_to_ptx(self.code, self.cupy.arch, self.options)
-        except Exception as exc:  # NVRTC's CompileError, as CuPy's CompileException
-            raise CompileException(getattr(exc, "log", "") or str(exc)) from None
-        return _Function(self, entry, kernel_params(self.code, entry, ptx))
+        return _Function(self, entry, kernel_params(self.code, entry, self.ptx))
 
 
 class _Event:
@@ -255,14 +260,27 @@ class StandInCupy:
         device = SimpleNamespace(id=0, compute_capability=f"{major}{minor}")
         self.cuda = SimpleNamespace(
             runtime=SimpleNamespace(getDeviceCount=lambda: device_count,
-                                    getDeviceProperties=lambda i: dict(props)),
+                                    getDeviceProperties=lambda i: dict(props),
+                                    driverGetVersion=lambda: 0),
             Device=lambda i=0: device,
-            compiler=SimpleNamespace(CompileException=CompileException),
+            compiler=SimpleNamespace(CompileException=CompileException,
+                                     compile_using_nvrtc=self._compile),
+            function=SimpleNamespace(Module=lambda: _Module(self)),
+            nvrtc=SimpleNamespace(getVersion=lambda: (0, 0)),
             get_current_stream=lambda: SimpleNamespace(synchronize=lambda: None),
             Event=_Event, get_elapsed_time=lambda start, end: 0.0)
 
-    def RawModule(self, code: str, options=()):  # noqa: N802 (CuPy's name)
-        return _Module(self, code, tuple(options))
+    def _compile(self, source: str, options=(), arch=None, cache_in_memory=False, **_):
+        """(binary, None) as CuPy's compile_using_nvrtc: the binary is the source, options and,
+        with ``check``, NVRTC's PTX for the stand-in's arch, as JSON (a rejected source raises
+        CompileException, as CuPy's does)."""
+        ptx = None
+        if self.check:
+            try:
+                ptx = nvrtc.compile_to_ptx(source, self.arch, tuple(options))
+            except Exception as exc:  # NVRTC's CompileError, as CuPy's CompileException
+                raise CompileException(getattr(exc, "log", "") or str(exc)) from None
+        return json.dumps({"source": source, "options": list(options), "ptx": ptx}).encode(), None
 
     def empty(self, shape, dtype) -> StandInArray:
         return StandInArray(shape, dtype)
