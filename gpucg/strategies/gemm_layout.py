@@ -20,7 +20,7 @@ def element_layout(x):
     whole number of elements. gpucg's own buffers and arrays without strides are packed."""
     shape = tuple(int(d) for d in x.shape)
     strides = getattr(x, "strides", None)
-    if strides is None:
+    if strides is None or 0 in shape:  # an empty CuPy array's strides can be anything
         out, acc = [], 1
         for d in reversed(shape):
             out.append(acc)
