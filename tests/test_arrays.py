@@ -33,6 +33,10 @@ def test_asarray_gives_the_targets_own_array(target):
     a = gpucg.asarray(x, target=target)
     if target == "numpy":
         assert type(a) is np.ndarray
+    elif target == "cuda":
+        import cupy
+
+        assert isinstance(a, cupy.ndarray)
     else:
         import pyopencl.array as cla
 

@@ -29,7 +29,8 @@ def _model(nodes, inputs, outputs, consts):
         nodes, "g", [helper.make_tensor_value_info(k, t, dims) for k, t, dims in inputs],
         [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    # IR 10 (onnx 1.16): onnx >= 1.23 writes IR 14 by default, which onnxruntime < 1.31 refuses
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
 
 def _sdpa(form: str):

@@ -213,7 +213,7 @@ def test_row_length_decides_at_run_time():
 def test_symbolic_compile_picks_per_call(target):
     m, n = gpucg.var("m"), gpucg.var("n")
     f = gpucg.compile("sum", gpucg.tensor((m, n), "float32"), axis=1,
-                      target=target if target == "numpy" else "opencl -device=gpu")
+                      target=target if target in ("numpy", "cuda") else "opencl -device=gpu")
     rng = np.random.default_rng(5)
     for shape in [(7, 100), (3, 20000), (2000, 600)]:
         x = rng.standard_normal(shape).astype(np.float32)
