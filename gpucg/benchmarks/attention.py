@@ -61,9 +61,10 @@ def _torch_rows(q, k, v, causal, repeat):
         lambda: F.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask), repeat=repeat))]
     if torch.cuda.is_available():  # FlashAttention or cuDNN, as torch picks
         gq, gk, gv = (x.cuda().half() for x in (tq, tk, tv))
-        gm = mask.to("cuda") if mask is not None else None
+        # the causal bias holds no tensor: the same object serves every device (torch 2.11's
+        # CausalBias.to("cuda") fails: 'CausalBias' object has no attribute 'seq_len_q')
         rows.append(("torch SDPA (cuda, float16)", torch_cuda_time(
-            lambda: F.scaled_dot_product_attention(gq, gk, gv, attn_mask=gm), repeat)))
+            lambda: F.scaled_dot_product_attention(gq, gk, gv, attn_mask=mask), repeat)))
     return rows
 
 

@@ -38,6 +38,23 @@ def torch_cuda_time(fn, repeat: int) -> float:
     return float(np.median(out))
 
 
+def kernel_seconds(target: str, fn, repeat: int) -> float | None:
+    """Median seconds per call spent in ``fn``'s own kernels on CUDA (events around each
+    launch: Backend kernel_time), None elsewhere: beside the call's time, it tells the kernels'
+    speed from the host's per-call work."""
+    from gpucg.runtime import get_backend
+
+    be = get_backend(target)
+    if target != "cuda" or not hasattr(be, "kernel_time"):
+        return None
+    return float(np.median(be.kernel_time(fn, repeat=repeat)))
+
+
+def kernel_note(kt: float | None, gbytes: float) -> str:
+    """"; kernels X ms (Y GB/s)" for a kernel time, "" without one."""
+    return "" if kt is None else f"; kernels {kt * 1e3:.3f} ms ({gbytes / kt:.0f} GB/s)"
+
+
 def torch_or_none():
     """The torch module if it is installed, else None."""
     try:

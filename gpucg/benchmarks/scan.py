@@ -13,7 +13,8 @@ import numpy as np
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from .common import banner, median_time, print_case, print_traffic, torch_cuda_time
+from .common import (banner, kernel_note, kernel_seconds, median_time, print_case,
+                     print_traffic, torch_cuda_time)
 
 CPU_CASES = [("1-D 2^24", (1 << 24,), 0), ("(4096, 1024) axis=1", (4096, 1024), 1),
              ("(1024, 4096) axis=0", (1024, 4096), 0)]
@@ -55,7 +56,8 @@ def _ours(x: np.ndarray, axis: int, repeat: int):
         err = float(np.max(np.abs(got - ref)) / max(1.0, float(np.max(np.abs(ref)))))
         t = float(np.median(be.time(lambda: f(xd), repeat=repeat, warmup=2)))
         impl = f.selection.choices[0].impl.name
-        rows.append((f"gpucg {target} [{impl}]", t, err))
+        rows.append((f"gpucg {target} [{impl}]", t, err,
+                     kernel_seconds(target, lambda: f(xd), repeat)))
     return rows
 
 
@@ -180,8 +182,9 @@ def main(argv=()) -> int:
         x = rng.standard_normal(shape).astype(np.float32)
         gbytes = x.size * 8 / 1e9
         peers = _peers(x, axis, args.repeat)
-        ours = [(label, t, f"rel err {err:.1e}", {"rel_err": err})
-                for label, t, err in _ours(x, axis, args.repeat)]
+        ours = [(label, t, f"rel err {err:.1e}" + kernel_note(kt, gbytes),
+                 {"rel_err": err, "kernel_seconds": kt})
+                for label, t, err, kt in _ours(x, axis, args.repeat)]
         print_case(name, f"{name}: {x.size} float32 elements", peers, ours, gbytes, results)
     ov = overhead()
     by_input = input_overheads(30 if args.quick else 300)

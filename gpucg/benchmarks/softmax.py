@@ -16,7 +16,8 @@ import numpy as np
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from .common import banner, median_time, parser, print_case, torch_cuda_time, torch_or_none
+from .common import (banner, kernel_note, kernel_seconds, median_time, parser, print_case,
+                     torch_cuda_time, torch_or_none)
 from .reduce import goal_lines
 
 CASES = [("(4096, 1024)", (4096, 1024)), ("(256, 32000)", (256, 32000)),
@@ -65,7 +66,8 @@ def _ours(op: str, x, params, want, repeat: int, targets):
         dev = [be.to_device(a) if target != "numpy" else a for a in arrays]
         err = float(np.max(np.abs(be.to_host(f(*dev)) - want))) if x.size else 0.0
         t = float(np.median(be.time(lambda: f(*dev), repeat=repeat, warmup=2)))
-        rows.append((target, f"gpucg {target} [{f.last_impl}]", t, err))
+        rows.append((target, f"gpucg {target} [{f.last_impl}]", t, err,
+                      kernel_seconds(target, lambda: f(*dev), repeat)))
     return rows
 
 
@@ -90,8 +92,9 @@ def main(argv=()) -> int:
             name = f"{op} {label}"
             peers = _peers(op, x, params, args.repeat)
             mine = _ours(op, x, params, want, args.repeat, targets)
-            ours = [(lbl, t, f"max abs err {err:.1e}", {"max_abs_err": err})
-                    for _, lbl, t, err in mine]
+            ours = [(lbl, t, f"max abs err {err:.1e}" + kernel_note(kt, x.nbytes / 1e9),
+                     {"max_abs_err": err, "kernel_seconds": kt})
+                    for _, lbl, t, err, kt in mine]
             print_case(name, f"{name}: {x.size} float32 elements", peers, ours, x.nbytes / 1e9,
                        results)
             goals += goal_lines(name, peers, mine, x.nbytes, args.repeat,
