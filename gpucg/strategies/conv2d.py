@@ -17,7 +17,9 @@ GPU implementations, by plevel:
                     On a CPU device the unfused kernels take 15 and 14, the fused 12 and 11
                     (the unfused are faster on PoCL)
   winograd_2x2  11  the unfused F(2x2), the same
-  direct        10  always: implicit GEMM with local-memory tiles and register blocking
+  direct        10  always: implicit GEMM with local-memory tiles and register blocking. On CUDA
+                    it ranks above every Winograd kernel: the fused ones take 9 and 8, the
+                    unfused 7 and 6 (measured on an H100, float32: direct 1.06-2.9x faster)
 The NumPy target has one implementation, im2col + matmul per group (vectorized). The Winograd
 implementations serve conv2d_winograd_without_weight_transform too (strategies/conv2d_winograd.py).
 """
@@ -256,6 +258,12 @@ def gpu_strategy(attrs, inputs, outputs, target):
         # alpha^2 sums a pair there (PoCL, batch 8, 64 -> 64 channels, 56x56: 208-224 ms
         # against 381 for F(4x4), 288 against 424 for F(2x2); benchmarks/results/)
         (f4, f2), (u4, u2) = ((12, 11), (15, 14)) if on_cpu else ((15, 14), (12, 11))
+        if target.backend == "cuda":
+            # measured on an H100 (gpucg bench conv2d, batch 8, float32, ResNet's 3x3 layers,
+            # benchmarks/results/gpu-h100-*): direct took 0.229 / 0.166 / 0.200 / 0.360 ms at
+            # 64x56 / 128x28 / 256x14 / 512x7, the fused Winograd default 0.243 / 0.328 /
+            # 0.580 / 0.442: on CUDA direct (10) ranks first, the Winograd kernels after it
+            (f4, f2), (u4, u2) = (9, 8), (7, 6)
         # the blocks that move the fewest bytes on a GPU; on a CPU device the fixed 4 x 8 /
         # 2 x 8 blocks (PoCL, batch 8: the others took 0.9-2.9x their time; benchmarks/results/)
         call = None if on_cpu else conv2d_fused.call_for(geo, attrs, inputs, outputs[0])
