@@ -94,10 +94,11 @@ def test_broadcast_batches_transposes_and_alpha(target, op, sa, sb, ta, tb, alph
 
 def test_bfloat16_and_tf32_batches(target):
     """The tensor-core dtypes over a broadcast 4-D batch with k^T (gemm_mma's twin on OpenCL)."""
-    a, b = sample((2, 3, 20, 16), "bfloat16"), sample((1, 3, 24, 16), "bfloat16")
-    want, scale = mm(a, b, False, True, 0.5)
-    close(gpucg.ops.batch_matmul(a, b, transpose_b=True, alpha=0.5, target=target), want,
-          "bfloat16", scale)
+    if target != "cuda":  # CuPy has no bfloat16 arrays (the tf32 half runs there)
+        a, b = sample((2, 3, 20, 16), "bfloat16"), sample((1, 3, 24, 16), "bfloat16")
+        want, scale = mm(a, b, False, True, 0.5)
+        close(gpucg.ops.batch_matmul(a, b, transpose_b=True, alpha=0.5, target=target), want,
+              "bfloat16", scale)
     a, b = sample((2, 3, 20, 16), "float32"), sample((1, 3, 24, 16), "float32")
     want, scale = mm(a, b, False, True, 0.5)
     got = gpucg.ops.batch_matmul(a, b, transpose_b=True, alpha=0.5, target=target,

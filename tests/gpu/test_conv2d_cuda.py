@@ -42,8 +42,9 @@ def test_cupy_arrays_stay_on_the_device_and_resnet_shapes():
     import cupy
 
     t = _helpers()
-    for c, o, hw, attrs, want in [(64, 64, 56, dict(padding=1), "winograd_fused_4x4"),
-                                  (512, 512, 7, dict(padding=1), "winograd_fused_2x2"),
+    # direct ranks above Winograd on CUDA (measured: strategies/conv2d.py)
+    for c, o, hw, attrs, want in [(64, 64, 56, dict(padding=1), "direct"),
+                                  (512, 512, 7, dict(padding=1), "direct"),
                                   (32, 32, 112, dict(padding=1, groups=32), "depthwise"),
                                   (3, 64, 224, dict(padding=3, strides=2), "direct")]:
         groups = attrs.get("groups", 1)
@@ -63,8 +64,7 @@ def test_symbolic_batch_and_size_dispatch_on_cuda():
     n, h, w = gpucg.var("n"), gpucg.var("h"), gpucg.var("w")
     f = gpucg.compile("conv2d", gpucg.tensor((n, 16, h, w)), gpucg.tensor((24, 16, 3, 3)),
                       target="cuda", padding=1)
-    for batch, hh, want in ((1, 20, "winograd_fused_4x4"), (3, 9, "winograd_fused_2x2"),
-                             (5, 33, "winograd_fused_4x4")):
+    for batch, hh, want in ((1, 20, "direct"), (3, 9, "direct"), (5, 33, "direct")):
         ins = t.arrays(batch, 16, hh, hh + 1, 24, 3, 3)
         t.check(f(*ins), ins, dict(padding=1))
         assert f.last_impl == f"{want}.cuda"
