@@ -157,8 +157,10 @@ class CompiledOp:
         if index not in self._specs:
             choice = self.selection.choices[index]
             self._specs[index] = {
-                key: codegen.KernelSpec.make(k.template, self.entry(index, key),
-                                             **choice.impl.template_params(key, choice.config))
+                key: codegen.KernelSpec.make(
+                    k.template, self.entry(index, key),
+                    choice.impl.dynamic_local(key, choice.config),
+                    **choice.impl.template_params(key, choice.config))
                 for key, k in choice.impl.kernels.items()}
         return self._specs[index]
 

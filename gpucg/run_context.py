@@ -21,7 +21,8 @@ class Launcher:
         program = compiled.program(ctx.index, self.key, ctx.wide)
         if compiled.launch_check is not None:
             compiled.launch_check(program, self.key, grid, block)
-        program(*args, grid=grid, block=block)
+        program(*args, grid=grid, block=block,
+                shared=compiled.specs(ctx.index)[self.key].dynamic_local)
 
 
 class RunContext:

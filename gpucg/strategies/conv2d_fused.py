@@ -41,6 +41,7 @@ from itertools import product
 
 import numpy as np
 
+from ..arch import local_limit
 from ..implementation import Kernel, kernel_impl
 from ..ops.conv2d import pads_for
 from ..runtime.base import ceil_div
@@ -57,8 +58,8 @@ MAX_SUMS = 144
 #: (o, tile) pairs a work-item (64 sums); 4x4 tiles in 2 x 8 blocks, 2 x 1 pairs (72 sums), 4
 #: channels a step (36 KiB of local memory at 8 would leave no room for two blocks a
 #: multiprocessor)
-DEFAULTS = {2: {"bm": 32, "bth": 4, "btw": 8, "bk": 8, "tm": 2, "tn": 2},
-            4: {"bm": 32, "bth": 2, "btw": 8, "bk": 4, "tm": 2, "tn": 1}}
+DEFAULTS = {2: {"bm": 32, "bth": 4, "btw": 8, "bk": 8, "tm": 2, "tn": 2, "om": 1},
+            4: {"bm": 32, "bth": 2, "btw": 8, "bk": 4, "tm": 2, "tn": 1, "om": 1}}
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,23 @@ class Layout:
     xs: int
     us: int
     vs: int
+    #: channels of the region held (:func:`held`; 0: bk)
+    kc: int = 0
 
     def x_word(self, kk, r, s) -> int:
         return kk * self.xs + r * self.qs + (s % self.m) * self.cq + s // self.m
 
     def words(self, config) -> int:
-        return config["bk"] * (self.xs + (self.m + 2) ** 2 * (self.us + self.vs))
+        return (self.kc or config["bk"]) * self.xs + self.uv_words(config)
+
+    def uv_words(self, config) -> int:
+        return config["bk"] * (self.m + 2) ** 2 * (self.us + self.vs)
+
+    def split(self, config) -> tuple[int, int]:
+        """(static, dynamic) local bytes: the region is the dynamic buffer where om > 1."""
+        if config.get("om", 1) > 1:
+            return 4 * self.uv_words(config), 4 * self.kc * self.xs
+        return 4 * self.words(config), 0
 
 
 def requests(config, m: int, nchw: bool, lay: "Layout | None" = None, which=None) -> list:
@@ -95,6 +107,7 @@ def requests(config, m: int, nchw: bool, lay: "Layout | None" = None, which=None
     requests whose names start with one of these."""
     lay = lay or layout(config, m, nchw)
     bm, bk, tm, tn = config["bm"], config["bk"], config["tm"], config["tn"]
+    kc = lay.kc or bk
     bth, btw = config["bth"], config["btw"]
     bn, alpha, rw = bth * btw, m + 2, lay.r * lay.qs
     ty_n, tx_n, wg = bm // tm, bn // tn, work_group(config)
@@ -111,10 +124,10 @@ def requests(config, m: int, nchw: bool, lay: "Layout | None" = None, which=None
                 out.append((name, tuple(4 * fn(e) if ok(e) else None for e in lanes), 4))
         if nchw:
             req("x region store", lambda e: e // rw * lay.xs + e % rw,
-                lambda e: e < bk * rw and slot_ok(e % rw))
+                lambda e: e < kc * rw and slot_ok(e % rw))
         else:
-            req("x region store", lambda e: e % bk * lay.xs + e // bk,
-                lambda e: e < bk * rw and slot_ok(e // bk))
+            req("x region store", lambda e: e % kc * lay.xs + e // kc,
+                lambda e: e < kc * rw and slot_ok(e // kc))
         req("U store", lambda e: (e % bk) * lay.us + e // bk, lambda e: e < bm * bk)
         for i in range(alpha):
             for j in range(alpha):
@@ -142,18 +155,18 @@ _PADS = (("qs", ("x region", "patch")), ("xs", ("x region", "patch")), ("us", ("
 
 
 @lru_cache(maxsize=None)
-def _layout(m, bth, btw, bk, bm, tm, tn, nchw) -> Layout:
-    config = dict(bm=bm, bth=bth, btw=btw, bk=bk, tm=tm, tn=tn)
+def _layout(m, bth, btw, bk, bm, tm, tn, nchw, om=1, kc=0, limit=LOCAL_BYTES) -> Layout:
+    config = dict(bm=bm, bth=bth, btw=btw, bk=bk, tm=tm, tn=tn, om=om)
     r, q = m * bth + 2, m * btw + 2
     cq = -(-q // m)
-    lay = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw)
+    lay = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw, kc)
     if work_group(config) % 32:
         return lay
     for name, which in _PADS:
         best = None
         for pad in range(32):
             base = r * lay.qs if name == "xs" else getattr(Layout(m, r, q, cq, m * cq, 0, bm,
-                                                                  bth * btw), name)
+                                                                  bth * btw, kc), name)
             t = replace(lay, **{name: base + pad})
             if name == "qs":
                 t = replace(t, xs=r * t.qs)
@@ -163,14 +176,26 @@ def _layout(m, bth, btw, bk, bm, tm, tn, nchw) -> Layout:
             if cost == 0:
                 break
         lay = best[1]
-    plain = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw)
-    return lay if 4 * lay.words(config) <= LOCAL_BYTES else plain
+    plain = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw, kc)
+    for t in (lay, replace(plain, us=lay.us, vs=lay.vs), plain):  # the region's pads first
+        static, dynamic = t.split(config)
+        if static <= LOCAL_BYTES and static + dynamic <= limit:
+            return t
+    return plain
 
 
-def layout(config, m: int, nchw: bool) -> Layout:
-    """The local tiles' layout of a config (cached)."""
+def held(config, c: int) -> int:
+    """Channels of the input region in local memory: bk a step, or with om > 1 every channel
+    (rounded up to bk), held across the passes."""
+    bk = config["bk"]
+    return ceil_div(c, bk) * bk if config.get("om", 1) > 1 else bk
+
+
+def layout(config, m: int, nchw: bool, c: int = 0, limit: int = LOCAL_BYTES) -> Layout:
+    """The local tiles' layout of a config with ``c`` input channels (cached); paddings only
+    where the local memory stays within ``limit`` bytes (static within LOCAL_BYTES)."""
     return _layout(m, config["bth"], config["btw"], config["bk"], config["bm"], config["tm"],
-                   config["tn"], nchw)
+                   config["tn"], nchw, config.get("om", 1), held(config, c), limit)
 
 
 def work_group(config) -> int:
@@ -178,30 +203,49 @@ def work_group(config) -> int:
     return (config["bm"] // config["tm"]) * (config["bth"] * config["btw"] // config["tn"])
 
 
-def local_bytes(config, m: int) -> int:
-    """Local memory: the input region of bk channels, U and V of one step (unpadded)."""
+def local_bytes(config, m: int, c: int = 0) -> tuple[int, int]:
+    """(static, dynamic) local memory of ``c`` input channels, unpadded: U and V of one step,
+    and the input region of bk channels (static) or of every channel (om > 1: dynamic)."""
     a2 = (m + 2) ** 2
-    region = (m * config["bth"] + 2) * (m * config["btw"] + 2)
-    return 4 * config["bk"] * (region + a2 * (config["bm"] + config["bth"] * config["btw"]))
+    region = 4 * held(config, c) * (m * config["bth"] + 2) * (m * config["btw"] + 2)
+    uv = 4 * config["bk"] * a2 * (config["bm"] + config["bth"] * config["btw"])
+    return (uv, region) if config.get("om", 1) > 1 else (uv + region, 0)
 
 
+#: om: passes of bm output channels a work-group runs over its input region (om > 1: all
+#: channels of the region in the dynamic local buffer)
 KNOBS = {"bm": (8, 16, 32, 64), "bth": (1, 2, 4, 7, 8), "btw": (2, 4, 7, 8, 14, 16),
-         "bk": (2, 4, 8, 16), "tm": (1, 2, 4), "tn": (1, 2, 4, 8)}
+         "bk": (2, 4, 8, 16), "tm": (1, 2, 4), "tn": (1, 2, 4, 8), "om": (1, 2, 4, 8, 16, 32)}
 
 
-def fits(c, m: int) -> bool:
-    """Whether a config is in the space (its layout's paddings are dropped where the padded
-    tiles would not fit the local memory: :class:`Layout`)."""
-    a2, bn = (m + 2) ** 2, c["bth"] * c["btw"]
+def fits(c, m: int, call: "Call | None" = None, limit: int = LOCAL_BYTES) -> bool:
+    """Whether a config is in the space on ``call`` with ``limit`` bytes of local memory a
+    work-group (its layout's paddings are dropped where the padded tiles would not fit:
+    :class:`Layout`); om > 1 needs the call's channels, every pass some of them."""
+    a2, bn, om = (m + 2) ** 2, c["bth"] * c["btw"], c.get("om", 1)
+    if om > 1 and (call is None or c["bm"] * (om - 1) >= call.o):
+        return False
+    static, dynamic = local_bytes(c, m, call.c if om > 1 else 0)
     return (c["bm"] % c["tm"] == 0 and bn % c["tn"] == 0 and 32 <= work_group(c) <= 256
-            and a2 * c["tm"] * c["tn"] <= MAX_SUMS and local_bytes(c, m) <= LOCAL_BYTES)
+            and a2 * c["tm"] * c["tn"] <= MAX_SUMS and static <= LOCAL_BYTES
+            and static + dynamic <= limit)
 
 
-def space(m: int, nchw: bool, call: "Call | None" = None) -> ConfigSpace:
-    """The fused kernel's tiles for F(m x m, 3 x 3); the default the one that moves the fewest
-    bytes on ``call`` (:func:`default_for`, in the data layout ``nchw``), else DEFAULTS[m]."""
-    default = DEFAULTS[m] if call is None else default_for(m, nchw, call)
-    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m))
+def offer(m: int, nchw: bool, call: "Call | None", target, fixed: dict) -> dict:
+    """The space and fixed parameters of a fused implementation on ``target``: its local
+    memory limit (gpucg.arch.local_limit); a CPU device's default stays DEFAULTS."""
+    limit = local_limit(target)
+    return dict(space=space(m, nchw, call, limit, pick=not target.on_cpu),
+                fixed=dict(fixed, local_limit=limit))
+
+
+def space(m: int, nchw: bool, call: "Call | None" = None, limit: int = LOCAL_BYTES,
+          pick: bool = True) -> ConfigSpace:
+    """The fused kernel's tiles for F(m x m, 3 x 3) with ``limit`` bytes of local memory a
+    work-group; the default the one that moves the fewest bytes on ``call`` (``pick``:
+    :func:`default_for`, in the data layout ``nchw``), else DEFAULTS[m]."""
+    default = default_for(m, nchw, call, limit) if pick and call is not None else DEFAULTS[m]
+    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m, call, limit))
 
 
 @dataclass(frozen=True)
@@ -254,12 +298,12 @@ def _covered(lo: int, n: int, size: int) -> int:
 
 def traffic(config, m: int, call: Call) -> tuple[int, int]:
     """(bytes loaded, bytes stored) of global memory by the fused kernel with ``config`` on
-    ``call``, counted as the template moves them (equal to Oclgrind's count): per work-group
-    and step, the input region's elements inside x; the weights of its bm x bk (o, c)
-    pairs with o valid; in the epilogue each valid output
+    ``call``, counted as the template moves them (equal to Oclgrind's count): per work-group,
+    the input region's elements inside x of every channel; per pass and step the weights of
+    its bm x bk (o, c) pairs with o valid; in the epilogue each valid output
     channel's bias by each of the bth * btw / tn work-items of its row, each output's
     residual; each output stored once."""
-    bm, bth, btw = config["bm"], config["bth"], config["btw"]
+    bm, bth, btw = config["bm"] * config.get("om", 1), config["bth"], config["btw"]
     th, tw = ceil_div(call.oh, m), ceil_div(call.ow, m)
     bh, bw = ceil_div(th, bth), ceil_div(tw, btw)
     rows = sum(_covered(b * bth * m - call.pt, m * bth + 2, call.h) for b in range(bh))
@@ -273,35 +317,43 @@ def traffic(config, m: int, call: Call) -> tuple[int, int]:
     return loaded, outputs * call.y_bytes
 
 
-def blockings(m: int):
-    """Every blocking of the space (bm, bth, btw, tm, tn; bk 2), its layout not padded."""
-    names = ("bm", "bth", "btw", "tm", "tn")
+def blockings(m: int, call: "Call | None" = None, limit: int = LOCAL_BYTES):
+    """Every blocking of the space on ``call`` with ``limit`` bytes of local memory (bm, bth,
+    btw, tm, tn, om; bk 2), its layout not padded."""
+    names = ("bm", "bth", "btw", "tm", "tn", "om")
     for values in product(*(KNOBS[k] for k in names)):
         c = dict(zip(names, values), bk=2)
-        if fits(c, m):
+        if fits(c, m, call, limit):
             yield c
 
 
 @lru_cache(maxsize=None)
-def default_for(m: int, nchw: bool, call: Call) -> dict:
-    """The config of the space that moves the fewest bytes on ``call`` (:func:`traffic`; ties:
-    fewer (output channel, tile) pairs computed past the edges, fewer sums a work-item, more
-    work-items), with the most channels a step that fit and a layout conflict-free in the
-    bank model."""
+def default_for(m: int, nchw: bool, call: Call, limit: int = LOCAL_BYTES) -> dict:
+    """The config of the space that moves the fewest bytes on ``call`` with ``limit`` bytes of
+    local memory (:func:`traffic`; ties: fewer (output channel, tile) pairs computed past the
+    edges, fewer sums a work-item, more work-items, less local memory), with the most
+    channels a step that fit and a layout conflict-free in the bank model; where none of the
+    16 that move the fewest is (the region of every channel leaves no room for its padding),
+    the one of them with the fewest extra wavefronts."""
     th, tw = ceil_div(call.oh, m), ceil_div(call.ow, m)
     ranked = []
-    for c in blockings(m):
+    for c in blockings(m, call, limit):
         if work_group(c) % 32:
             continue
         pairs = (ceil_div(call.o, c["bm"]) * c["bm"] * ceil_div(th, c["bth"]) * c["bth"]
                  * ceil_div(tw, c["btw"]) * c["btw"])
-        ranked.append((sum(traffic(c, m, call)), pairs, c["tm"] * c["tn"], -work_group(c), c))
-    for *_, c in sorted(ranked, key=lambda r: r[:4])[:16]:
+        ranked.append((sum(traffic(c, m, call)), pairs, c["tm"] * c["tn"], -work_group(c),
+                       sum(local_bytes(c, m, call.c)), c))
+    fewest = None
+    for i, (*_, c) in enumerate(sorted(ranked, key=lambda r: r[:5])[:16]):
         for bk in (8, 4, 2):
             c = dict(c, bk=bk)
-            if fits(c, m) and not _extra(requests(c, m, nchw)):
-                return c
-    return DEFAULTS[m]
+            if fits(c, m, call, limit):
+                extra = _extra(requests(c, m, nchw, layout(c, m, nchw, call.c, limit)))
+                if not extra:
+                    return c
+                fewest = min(fewest or (extra, i, c), (extra, i, c), key=lambda e: e[:2])
+    return fewest[2] if fewest else DEFAULTS[m]
 
 
 def _run(ctx, fused) -> None:
@@ -310,15 +362,25 @@ def _run(ctx, fused) -> None:
         return
     m, c = ctx.fixed["m"], ctx.config
     th, tw = ceil_div(k.oh, m), ceil_div(k.ow, m)
-    grid = ceil_div(ctx.info.geo.o, c["bm"]) * k.n * ceil_div(th, c["bth"]) * ceil_div(tw, c["btw"])
+    grid = (ceil_div(ctx.info.geo.o, c["bm"] * c["om"]) * k.n * ceil_div(th, c["bth"])
+            * ceil_div(tw, c["btw"]))
     fused(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, ctx.size(th), ctx.size(tw),
           grid=grid, block=work_group(c))
 
 
+def _layout_of(p) -> Layout:
+    return layout(p, p["m"], p["nchw"], p["C"], p["local_limit"])
+
+
 def _strides(p) -> dict:
     """The template's layout parameters (:class:`Layout`)."""
-    lay = layout(p, p["m"], p["nchw"])
+    lay = _layout_of(p)
     return dict(cq=lay.cq, qs=lay.qs, xs=lay.xs, us=lay.us, vs=lay.vs)
+
+
+def _dynamic(p) -> int:
+    """Bytes of the dynamic local buffer: the input region of every channel where om > 1."""
+    return _layout_of(p).split(p)[1]
 
 
 def decl(m: int, pre: bool):
@@ -328,12 +390,16 @@ def decl(m: int, pre: bool):
         "conv2d/winograd_fused.j2", {"pre": pre}, derive=_strides,
         doc=f"the input region in local memory, V = B^T d B there, {what}, the alpha^2 "
             "products in registers, A^T M A and the epilogue",
-        low_occupancy=_low))
+        low_occupancy=_low, dynamic_local=_dynamic))
 
 
 def _low(p) -> str:
     """Why a config may run one block a multiprocessor."""
     sums = (p["m"] + 2) ** 2 * p["tm"] * p["tn"]
+    if p["om"] > 1:
+        return (f"the input region of all {p['C']} channels in {_dynamic(p)} bytes of dynamic "
+                f"shared memory, read once for {p['om']} passes of {p['bm']} output channels: "
+                "the blocks that move the fewest bytes (default_for)")
     if sums <= 64:
         return ""
     return (f"{sums} sums a work-item (all alpha^2 of {p['tm'] * p['tn']} (o, tile) pairs in "
