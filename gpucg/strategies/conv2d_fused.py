@@ -18,14 +18,30 @@ least I O / bm + F T / bn >= 2 sqrt(I O F T / (bm bn)) bytes (x of I bytes read 
 of channels, the filters of F bytes once per block of the T tiles), plus y; with the sums in
 registers (at most 144 a work-item, 256 work-items: 2304 pairs for F(2x2), 1024 for F(4x4))
 that is 2.29x and 1.83x the compulsory bytes at 64 -> 64 channels, 56 x 56 before the halo,
-2.59x and 2.02x at 128 -> 128, 28 x 28. The defaults move (static count, batch 1)
-  64 x 56:  F(2x2) 2.79x, F(4x4) 2.16x  (the 4 x 8 / 2 x 8 blocks before: 4.04x, 2.79x)
-  128 x 28: F(2x2) 3.31x, F(4x4) 2.37x  (5.18x, 3.38x)
-  256 x 14: F(2x2) 1.51x, F(4x4) 1.22x  (2.45x, 2.45x)
-so 2x at the first two needs on-chip reuse beyond the register tile (the input region of every
-channel, or the filters of every channel, in local memory across blocks: over 48 KiB there).
-Such blocks keep few work-groups busy at batch 1 (28 and 14 at 64 x 56): the traffic is the figure
-they minimize, not the occupancy.
+2.59x and 2.02x at 128 -> 128, 28 x 28. Beyond it, om > 1: a work-group keeps the input region
+of every channel in its dynamic local buffer (gpucg/codegen/dynamic_local.py: up to the
+arch's opt-in limit, gpucg.arch.local_limit; 48 KiB on OpenCL) and runs om passes of bm
+output channels over it, so x is read once per bm * om channels. The defaults move (static
+count, batch 8 / batch 1; sm_90, where sm_80 differs in brackets; before: the 48 KiB blocks)
+  64 x 56:  F(2x2) 1.79x / 1.66x, F(4x4) 1.74x / 1.61x  (before 3.01x / 2.79x, 2.34x / 2.16x)
+  128 x 28: F(2x2) 3.68x / 2.32x, F(4x4) 3.68x / 2.32x [3.77x / 2.38x]  (5.26x / 3.31x, 3.77x / 2.38x)
+  256 x 14: F(2x2) 5.99x / 1.51x, F(4x4) 4.83x / 1.22x  (unchanged: om = 1)
+  512 x 7:  F(2x2) 6.99x / 1.00x [7.50x / 1.08x]  (7.50x / 1.08x)
+with one work-group of 224-256 work-items a multiprocessor (the buffer: 135-200 KiB): the
+traffic is the figure they minimize, not the occupancy. At batch 8 the filters' re-reads
+dominate from 128 channels on (each work-group reads all of them).
+
+2x at 128 -> 128, 28 x 28, batch 8 is out of this kernel's reach (it writes y once, the sums
+of a pass in registers): x and y are 3.21 MB each, the filters 0.59 MB, 2x 14.02 MB. Holding
+the input region of all 128 channels in 227 KiB, a work-group covers at most 84 F(2x2) tiles
+(16 x 26 words a channel) or 21 F(4x4) tiles (14 x 30): 336 outputs, so the batch's 6272
+outputs take >= 19 work-groups, each reading all the filters: >= 11.2 MB, with x and y once
+>= 17.6 MB (2.51x). Holding the filters instead (4.5 KiB an output channel: at most 50), x is
+read >= 3 times, with the halo of the blocks a pass of >= 43 channels holds in registers
+(<= 53 F(2x2) or 23 F(4x4) tiles: 7 x 7 or 7 x 3, >= 1.14x x) >= 11.0 MB: with y and the
+filters >= 14.9 MB (2.12x, on a grid of three work-groups). The defaults take blocks of 56
+F(2x2) or 16 F(4x4) tiles (the larger ones leave no work-group size a multiple of 32 or
+miss the buffer): 3.68x.
 
 The unfused kernels (winograd_2x2 / winograd_4x4: transforms and products through global
 memory) stay: below the fused ones on a GPU (forceable with impl=), above them on a CPU device,
@@ -35,7 +51,7 @@ CPU device's fused default stays DEFAULTS: default_for's blocks took 0.9-2.9x it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
 
@@ -46,8 +62,8 @@ from ..implementation import Kernel, kernel_impl
 from ..ops.conv2d import pads_for
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
-from ..codegen.tile_layout import phase_wavefronts
 from .conv2d_call import ConvCall
+from .conv2d_fused_layout import Layout, _extra, cost, held, layout, requests, work_group  # noqa: F401
 from .gemm_tile import LOCAL_BYTES
 
 #: most sums a work-item keeps (alpha^2 * tm * tn) before the registers spill
@@ -62,152 +78,13 @@ DEFAULTS = {2: {"bm": 32, "bth": 4, "btw": 8, "bk": 8, "tm": 2, "tn": 2, "om": 1
             4: {"bm": 32, "bth": 2, "btw": 8, "bk": 4, "tm": 2, "tn": 1, "om": 1}}
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where the kernel keeps its local tiles (in 4-byte words). The input region of a channel
-    is r rows of q columns; column s of a row lies at slot (s % m) * cq + s // m (the m phases
-    of the columns one after another), so the work-items reading the same patch element of
-    neighbouring tiles read neighbouring words; rows qs words apart (the slots past m * cq are
-    padding), channels xs apart. U rows (a, kk) hold bm words at a stride of us, V rows bn at
-    vs. The region is loaded in the order of its words (a warp still reads whole runs of a row
-    of x). The paddings are the smallest that make the config's requests conflict-free in the
-    bank model (gpucg.verify.banks), or else the fewest extra wavefronts, found by trying; none
-    where the padded tiles would not fit the local memory."""
-
-    m: int
-    r: int
-    q: int
-    cq: int
-    qs: int
-    xs: int
-    us: int
-    vs: int
-    #: channels of the region held (:func:`held`; 0: bk)
-    kc: int = 0
-
-    def x_word(self, kk, r, s) -> int:
-        return kk * self.xs + r * self.qs + (s % self.m) * self.cq + s // self.m
-
-    def words(self, config) -> int:
-        return (self.kc or config["bk"]) * self.xs + self.uv_words(config)
-
-    def uv_words(self, config) -> int:
-        return config["bk"] * (self.m + 2) ** 2 * (self.us + self.vs)
-
-    def split(self, config) -> tuple[int, int]:
-        """(static, dynamic) local bytes: the region is the dynamic buffer where om > 1."""
-        if config.get("om", 1) > 1:
-            return 4 * self.uv_words(config), 4 * self.kc * self.xs
-        return 4 * self.words(config), 0
-
-
-def requests(config, m: int, nchw: bool, lay: "Layout | None" = None, which=None) -> list:
-    """Per-lane byte addresses of each local-memory request of the kernel, for every warp of
-    the work-group's first pass (what gpucg.verify.banks.report takes); ``which``: only the
-    requests whose names start with one of these."""
-    lay = lay or layout(config, m, nchw)
-    bm, bk, tm, tn = config["bm"], config["bk"], config["tm"], config["tn"]
-    kc = lay.kc or bk
-    bth, btw = config["bth"], config["btw"]
-    bn, alpha, rw = bth * btw, m + 2, lay.r * lay.qs
-    ty_n, tx_n, wg = bm // tm, bn // tn, work_group(config)
-    out = []
-
-    def slot_ok(w):
-        slot = w % lay.qs
-        return slot < m * lay.cq and (slot % lay.cq) * m + slot // lay.cq < lay.q
-    for w0 in range(0, wg, 32):
-        lanes = range(w0, w0 + 32)
-
-        def req(name, fn, ok):
-            if which is None or name.startswith(which):
-                out.append((name, tuple(4 * fn(e) if ok(e) else None for e in lanes), 4))
-        if nchw:
-            req("x region store", lambda e: e // rw * lay.xs + e % rw,
-                lambda e: e < kc * rw and slot_ok(e % rw))
-        else:
-            req("x region store", lambda e: e % kc * lay.xs + e // kc,
-                lambda e: e < kc * rw and slot_ok(e // kc))
-        req("U store", lambda e: (e % bk) * lay.us + e // bk, lambda e: e < bm * bk)
-        for i in range(alpha):
-            for j in range(alpha):
-                req("patch read", lambda e: lay.x_word(e // bn, e % bn // btw * m + i,
-                                                       e % bn % btw * m + j),
-                    lambda e: e < bk * bn)
-        req("V store", lambda e: (e // bn) * lay.vs + e % bn, lambda e: e < bk * bn)
-        for i in range(tm):
-            req("U fragment read", lambda e: e // tx_n + i * ty_n, lambda e: True)
-        for j in range(tn):
-            req("V fragment read", lambda e: e % tx_n + j * tx_n, lambda e: True)
-    return out
-
-
-def _extra(reqs) -> int:
-    """Wavefronts over the ideal (one), summed over the requests (4-byte accesses of 32
-    lanes: one phase each)."""
-    return sum(phase_wavefronts([a // 4 for a in addresses if a is not None]) - 1
-               for _, addresses, _ in reqs if any(a is not None for a in addresses))
-
-
-#: each padding, the requests it moves
-_PADS = (("qs", ("x region", "patch")), ("xs", ("x region", "patch")), ("us", ("U",)),
-         ("vs", ("V",)))
-
-
-@lru_cache(maxsize=None)
-def _layout(m, bth, btw, bk, bm, tm, tn, nchw, om=1, kc=0, limit=LOCAL_BYTES) -> Layout:
-    config = dict(bm=bm, bth=bth, btw=btw, bk=bk, tm=tm, tn=tn, om=om)
-    r, q = m * bth + 2, m * btw + 2
-    cq = -(-q // m)
-    lay = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw, kc)
-    if work_group(config) % 32:
-        return lay
-    for name, which in _PADS:
-        best = None
-        for pad in range(32):
-            base = r * lay.qs if name == "xs" else getattr(Layout(m, r, q, cq, m * cq, 0, bm,
-                                                                  bth * btw, kc), name)
-            t = replace(lay, **{name: base + pad})
-            if name == "qs":
-                t = replace(t, xs=r * t.qs)
-            cost = _extra(requests(config, m, nchw, t, which))
-            if best is None or cost < best[0]:
-                best = (cost, t)
-            if cost == 0:
-                break
-        lay = best[1]
-    plain = Layout(m, r, q, cq, m * cq, r * m * cq, bm, bth * btw, kc)
-    for t in (lay, replace(plain, us=lay.us, vs=lay.vs), plain):  # the region's pads first
-        static, dynamic = t.split(config)
-        if static <= LOCAL_BYTES and static + dynamic <= limit:
-            return t
-    return plain
-
-
-def held(config, c: int) -> int:
-    """Channels of the input region in local memory: bk a step, or with om > 1 every channel
-    (rounded up to bk), held across the passes."""
-    bk = config["bk"]
-    return ceil_div(c, bk) * bk if config.get("om", 1) > 1 else bk
-
-
-def layout(config, m: int, nchw: bool, c: int = 0, limit: int = LOCAL_BYTES) -> Layout:
-    """The local tiles' layout of a config with ``c`` input channels (cached); paddings only
-    where the local memory stays within ``limit`` bytes (static within LOCAL_BYTES)."""
-    return _layout(m, config["bth"], config["btw"], config["bk"], config["bm"], config["tm"],
-                   config["tn"], nchw, config.get("om", 1), held(config, c), limit)
-
-
-def work_group(config) -> int:
-    """Work-items of a fused config: (bm / tm) * (bth * btw / tn)."""
-    return (config["bm"] // config["tm"]) * (config["bth"] * config["btw"] // config["tn"])
-
-
 def local_bytes(config, m: int, c: int = 0) -> tuple[int, int]:
     """(static, dynamic) local memory of ``c`` input channels, unpadded: U and V of one step,
-    and the input region of bk channels (static) or of every channel (om > 1: dynamic)."""
+    and the input region of bk channels (static) or of every channel (om > 1: dynamic), its
+    rows of m * ceil(q / m) words (:class:`Layout`)."""
     a2 = (m + 2) ** 2
-    region = 4 * held(config, c) * (m * config["bth"] + 2) * (m * config["btw"] + 2)
+    row = m * ceil_div(m * config["btw"] + 2, m)
+    region = 4 * held(config, c) * (m * config["bth"] + 2) * row
     uv = 4 * config["bk"] * a2 * (config["bm"] + config["bth"] * config["btw"])
     return (uv, region) if config.get("om", 1) > 1 else (uv + region, 0)
 
@@ -332,9 +209,9 @@ def default_for(m: int, nchw: bool, call: Call, limit: int = LOCAL_BYTES) -> dic
     """The config of the space that moves the fewest bytes on ``call`` with ``limit`` bytes of
     local memory (:func:`traffic`; ties: fewer (output channel, tile) pairs computed past the
     edges, fewer sums a work-item, more work-items, less local memory), with the most
-    channels a step that fit and a layout conflict-free in the bank model; where none of the
-    16 that move the fewest is (the region of every channel leaves no room for its padding),
-    the one of them with the fewest extra wavefronts."""
+    channels a step that fit and a layout whose steps are conflict-free in the bank model
+    (:func:`cost`); where none of the 16 that move the fewest has one (the region of every
+    channel leaves no room for its padding), the one of them with the fewest extra wavefronts."""
     th, tw = ceil_div(call.oh, m), ceil_div(call.ow, m)
     ranked = []
     for c in blockings(m, call, limit):
@@ -349,8 +226,8 @@ def default_for(m: int, nchw: bool, call: Call, limit: int = LOCAL_BYTES) -> dic
         for bk in (8, 4, 2):
             c = dict(c, bk=bk)
             if fits(c, m, call, limit):
-                extra = _extra(requests(c, m, nchw, layout(c, m, nchw, call.c, limit)))
-                if not extra:
+                extra = cost(c, m, nchw, layout(c, m, nchw, call.c, limit))
+                if not extra[0]:
                     return c
                 fewest = min(fewest or (extra, i, c), (extra, i, c), key=lambda e: e[:2])
     return fewest[2] if fewest else DEFAULTS[m]
