@@ -122,7 +122,8 @@ def space(m: int, nchw: bool, call: "Call | None" = None, limit: int = LOCAL_BYT
     work-group; the default the one that moves the fewest bytes on ``call`` (``pick``:
     :func:`default_for`, in the data layout ``nchw``), else DEFAULTS[m]."""
     default = default_for(m, nchw, call, limit) if pick and call is not None else DEFAULTS[m]
-    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m, call, limit))
+    return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m, call, limit),
+                       added={"om": 1})  # configs older than om: one pass
 
 
 @dataclass(frozen=True)
