@@ -59,7 +59,8 @@ class CompiledOp:
         dispatcher_source: the generated Python that checks the arguments and picks a kernel.
         sources: kernel name -> kernel source, for every choice the dispatcher may run.
         last_impl: the implementation the most recent call ran (None before one).
-        launch_check: None, or ``f(program, key, grid, block)``, run before each launch; it
+        launch_check: None, or ``f(program, key, grid, block, shared)``, run before each
+            launch (``shared``: its dynamic local bytes); it
             may raise to stop it (the tuner's device-limit checks).
     """
 

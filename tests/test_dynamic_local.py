@@ -55,7 +55,7 @@ def test_opencl_passes_the_buffer_and_names_its_limit():
     with pytest.raises(gpucg.ResourceError, match=f"k: a dynamic local buffer of {have + 4} "
                        f"bytes .* CL_DEVICE_LOCAL_MEM_SIZE of {have} bytes") as err:
         prog(y, grid=1, block=64, shared=have + 4)
-    assert (err.value.value, err.value.allowed) == (have + 4 + prog.static_local, have)
+    assert (err.value.value, err.value.allowed) == (have + 4 + prog.static_local(), have)
 
 
 @pytest.fixture
@@ -127,3 +127,27 @@ def test_the_resident_winograd_defaults_launch_with_their_buffer(nvrtc_or_skip, 
     assert launch.shared_mem == dynamic == f.specs(0)["fused"].dynamic_local > 48 * 1024
     assert static + dynamic <= limit
     assert cupy.attributes == [(launch.entry, "max_dynamic_shared_size_bytes", dynamic)]
+
+
+def test_the_tuners_checks_see_the_dynamic_bytes(monkeypatch):
+    """A device-limit check with a ``shared`` parameter gets the launch's dynamic bytes; one
+    without keeps the five-argument signature."""
+    from types import SimpleNamespace
+
+    from gpucg.autotune import Dropped, checks
+
+    seen = []
+
+    def plain(backend, program, key, grid, block):
+        seen.append(("plain", block))
+
+    def sized(backend, program, key, grid, block, shared=0):
+        seen.append(("sized", shared))
+        return f"{shared} bytes" if shared > 1000 else None
+
+    monkeypatch.setitem(checks.CHECKS, "fake", [plain, sized])
+    check = checks.launch_checker(SimpleNamespace(name="fake"))
+    check(None, "k", 1, 64, 512)
+    with pytest.raises(Dropped, match="kernel k: 2048 bytes"):
+        check(None, "k", 1, 64, 2048)
+    assert seen == [("plain", 64), ("sized", 512), ("plain", 64), ("sized", 2048)]

@@ -80,17 +80,13 @@ class OpenCLProgram(Program):
         #: the alignment its vector types need of the buffers it is given
         self.align = align
         self.lock = threading.Lock()
-        #: the kernel's static local memory in bytes (asked at its first dynamic launch)
-        self.static_local = None
+        self._static_local = None
 
     def launch(self, args, grid: int, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
         cl = self.backend.cl
         if shared:  # the dynamic local buffer: the kernel's last parameter
-            if self.static_local is None:  # asked before any local argument is set
-                self.static_local = int(self.kernel.get_work_group_info(
-                    cl.kernel_work_group_info.LOCAL_MEM_SIZE, self.backend.device))
-            check_dynamic_local(self.entry, shared, self.static_local,
+            check_dynamic_local(self.entry, shared, self.static_local(),
                                 int(self.backend.device.local_mem_size), "CL_DEVICE_LOCAL_MEM_SIZE")
             args = (*args, cl.LocalMemory(shared))
         if self.align > HOST_PTR_ALIGN:
@@ -108,6 +104,15 @@ class OpenCLProgram(Program):
         except cl.Error as exc:
             raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
                               f"failed: {exc}") from None
+
+
+    def static_local(self) -> int:
+        """The kernel's static local memory in bytes (asked once, before any launch sets a
+        local argument, which the driver's figure would then include)."""
+        if self._static_local is None:
+            self._static_local = int(self.kernel.get_work_group_info(
+                self.backend.cl.kernel_work_group_info.LOCAL_MEM_SIZE, self.backend.device))
+        return self._static_local
 
 
 class OpenCLBackend(Backend):

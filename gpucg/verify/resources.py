@@ -320,7 +320,7 @@ def explain_lines(compiled, arch: str | None = None) -> list[str]:
     return out
 
 
-def cuda_resource_check(backend, program, key, grid, block):
+def cuda_resource_check(backend, program, key, grid, block, shared=0):
     """The autotuner's check of a CUDA launch (gpucg.autotune.checks): registers x block and
     shared memory against the device, from ptxas; None (no objection) without NVRTC or for an
     architecture outside the limits table."""
@@ -331,7 +331,7 @@ def cuda_resource_check(backend, program, key, grid, block):
     if source is None or arch not in ARCHS or not nvrtc.available()[0]:
         return None
     got = kernel_resources(source, program.entry, arch, tuple(program.options))
-    occ = occupancy(arch, got.registers, got.shared, block)
+    occ = occupancy(arch, got.registers, got.shared, block, shared)
     return None if occ.fits else occ.reason
 
 
