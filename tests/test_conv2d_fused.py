@@ -96,7 +96,7 @@ def test_pretransformed(m, layout):
     ins = arrays(1, 7, 14, 15, 10, 3, 3, bias=True, data_layout=layout)
     u = winograd_weight_transform(ins[1], tile_size=m)
     attrs = dict(padding=1, data_layout=layout, activation="relu")
-    for config in (None, CONFIGS[m][1]):
+    for config in (None, CONFIGS[m][1], RESIDENT[m]):
         types = [gpucg.tensor(a.shape) for a in (ins[0], u, ins[2])]
         f = gpucg.compile("conv2d_winograd_without_weight_transform", *types, target="opencl",
                           impl=f"winograd_fused_{m}x{m}", config=config, tile_size=m, **attrs)

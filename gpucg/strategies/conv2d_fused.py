@@ -246,19 +246,27 @@ def _run(ctx, fused) -> None:
           grid=grid, block=work_group(c))
 
 
-def _layout_of(p) -> Layout:
+def layout_of(p) -> Layout:
+    """The layout of a kernel with template parameters ``p`` (its channels, its target's
+    local memory limit)."""
     return layout(p, p["m"], p["nchw"], p["C"], p["local_limit"])
+
+
+def kernel_requests(p) -> list:
+    """The local-memory requests of a kernel with template parameters ``p`` (:func:`requests`
+    on its own layout: gpucg.verify.banks evaluates them)."""
+    return requests(p, p["m"], p["nchw"], layout_of(p))
 
 
 def _strides(p) -> dict:
     """The template's layout parameters (:class:`Layout`)."""
-    lay = _layout_of(p)
+    lay = layout_of(p)
     return dict(cq=lay.cq, qs=lay.qs, xs=lay.xs, us=lay.us, vs=lay.vs)
 
 
 def _dynamic(p) -> int:
     """Bytes of the dynamic local buffer: the input region of every channel where om > 1."""
-    return _layout_of(p).split(p)[1]
+    return layout_of(p).split(p)[1]
 
 
 def decl(m: int, pre: bool):
