@@ -201,24 +201,25 @@ def test_static_count_equals_oclgrind():
 
 
 #: ResNet's 3x3 layers (C = O, H = W, padding 1) -> {batch: (F(2x2), F(4x4))}: bytes moved by
-#: the default over the compulsory bytes, by the static count, on CUDA sm_90 (227 KiB of shared
-#: memory a block: the input region of every channel held, om > 1, at 64 x 56, 128 x 28 and
-#: 512 x 7) and within the 48 KiB of an OpenCL GPU (the blocks before dynamic local memory);
-#: 2x at 128 x 28 is out of reach of this kernel (conv2d_fused's docstring), and at batch 8 the
-#: filters' re-reads dominate from 128 channels on
-RESNET = {"cuda -arch=sm_90": {(64, 56): {8: (1.79, 1.74), 1: (1.66, 1.61)},
-                               (128, 28): {8: (3.68, 3.68), 1: (2.32, 2.32)},
-                               (256, 14): {8: (5.99, 4.83), 1: (1.51, 1.22)},
-                               (512, 7): {8: (6.99, None), 1: (1.0, None)}},
+#: the default over the compulsory bytes, by the static count, on CUDA sm_80 and sm_90 (163 and
+#: 227 KiB of shared memory a block: the input region of every channel held, om > 1, at 64 x 56
+#: and for F(2x2) at 128 x 28) and within the 48 KiB of an OpenCL GPU (the blocks before
+#: dynamic local memory); 2x at 128 x 28 is out of reach of this kernel (conv2d_fused's
+#: docstring), and at batch 8 the filters' re-reads dominate from 128 channels on
+_CUDA = {(64, 56): {8: (1.79, 1.74), 1: (1.66, 1.61)},
+         (128, 28): {8: (3.68, 3.77), 1: (2.32, 2.38)},
+         (256, 14): {8: (5.99, 4.83), 1: (1.51, 1.22)},
+         (512, 7): {8: (7.5, None), 1: (1.08, None)}}
+RESNET = {"cuda -arch=sm_90": _CUDA, "cuda -arch=sm_80": _CUDA,
           "opencl -device=gpu": {(64, 56): {8: (3.01, 2.34), 1: (2.79, 2.16)},
                                  (128, 28): {8: (5.26, 3.77), 1: (3.31, 2.38)},
                                  (256, 14): {8: (5.99, 4.83), 1: (1.51, 1.22)},
                                  (512, 7): {8: (7.5, None), 1: (1.08, None)}}}
 
 
-#: defaults whose steps conflict (default_for's fallback): the region of 512 channels in
-#: 200 KiB leaves no room for the row padding that would spread the patch reads (2-way)
-UNPADDED = {("cuda -arch=sm_90", 2, 512): {"patch read"}}
+#: defaults whose steps conflict (default_for's fallback): on sm_80 the region of every channel
+#: leaves no room for the row padding that would spread the patch reads (2-way)
+UNPADDED = {("cuda -arch=sm_80", m, c): {"patch read"} for m, c in ((2, 64), (4, 64), (2, 128))}
 
 
 def _limit(target):
@@ -232,8 +233,9 @@ def _limit(target):
 @pytest.mark.parametrize("target", list(RESNET))
 def test_default_traffic_on_resnet_layers(m, target):
     """The default the strategy picks for each layer moves what RESNET says, and no config of
-    the space moves fewer bytes; at most 2x at 64 x 56 on sm_90 at batch 8 and 1, and from
-    256 channels at 14 x 14 on at batch 1."""
+    the space moves fewer bytes (passes over a held region where they save HELD_GAIN of the
+    bytes, else one); at most 2x at 64 x 56 on CUDA at batch 8 and 1, and from 256 channels at
+    14 x 14 on at batch 1."""
     limit = _limit(target)
     for (c, hw), by_batch in RESNET[target].items():
         for n, ratios in by_batch.items():
@@ -247,9 +249,12 @@ def test_default_traffic_on_resnet_layers(m, target):
             moved = sum(conv2d_fused.traffic(config, m, call))
             assert moved / call.compulsory <= ratios[m // 4], (c, hw, n, config)
             assert config == conv2d_fused.default_for(m, True, call, limit)
-            best = min(sum(conv2d_fused.traffic(k, m, call))
-                       for k in conv2d_fused.blockings(m, call, limit))
-            assert moved == best, (c, hw, n)
+            moves = [(sum(conv2d_fused.traffic(k, m, call)), k["om"] > 1)
+                     for k in conv2d_fused.blockings(m, call, limit)]
+            one = min(b for b, held in moves if not held)
+            held = min((b for b, held in moves if held), default=one)
+            gain = held <= (1 - conv2d_fused.HELD_GAIN) * one
+            assert moved == (held if gain else one) and (config["om"] > 1) == gain, (c, hw, n)
             if (c >= 256 and n == 1) or (c == 64 and target.startswith("cuda")):
                 assert moved <= 2 * call.compulsory, (c, hw, n)
 
@@ -259,8 +264,8 @@ def test_default_traffic_on_resnet_layers(m, target):
 def test_resnet_defaults_are_conflict_free(m, target):
     """The defaults picked for the ResNet layers: ideal wavefronts in the bank model for every
     request of a step but UNPADDED's (where om > 1 the region's store, made once, may
-    conflict: NHWC at 128 x 28 on sm_90, 8-way), the padded layout within the local memory (static within 48 KiB,
-    with the dynamic buffer within the target's limit)."""
+    conflict: NHWC, 8- to 32-way), the padded layout within the local memory (static within
+    48 KiB, with the dynamic buffer within the target's limit)."""
     limit = _limit(target)
     for c, hw in RESNET[target]:
         call = conv2d_fused.Call(1, c, hw, hw, c, hw, hw, 1, 1)

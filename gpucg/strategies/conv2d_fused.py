@@ -22,14 +22,18 @@ that is 2.29x and 1.83x the compulsory bytes at 64 -> 64 channels, 56 x 56 befor
 of every channel in its dynamic local buffer (gpucg/codegen/dynamic_local.py: up to the
 arch's opt-in limit, gpucg.arch.local_limit; 48 KiB on OpenCL) and runs om passes of bm
 output channels over it, so x is read once per bm * om channels. The defaults move (static
-count, batch 8 / batch 1; sm_90, where sm_80 differs in brackets; before: the 48 KiB blocks)
+count, batch 8 / batch 1, sm_80 and sm_90; before: the 48 KiB blocks, as OpenCL GPUs keep)
   64 x 56:  F(2x2) 1.79x / 1.66x, F(4x4) 1.74x / 1.61x  (before 3.01x / 2.79x, 2.34x / 2.16x)
-  128 x 28: F(2x2) 3.68x / 2.32x, F(4x4) 3.68x / 2.32x [3.77x / 2.38x]  (5.26x / 3.31x, 3.77x / 2.38x)
-  256 x 14: F(2x2) 5.99x / 1.51x, F(4x4) 4.83x / 1.22x  (unchanged: om = 1)
-  512 x 7:  F(2x2) 6.99x / 1.00x [7.50x / 1.08x]  (7.50x / 1.08x)
-with one work-group of 224-256 work-items a multiprocessor (the buffer: 135-200 KiB): the
-traffic is the figure they minimize, not the occupancy. At batch 8 the filters' re-reads
-dominate from 128 channels on (each work-group reads all of them).
+  128 x 28: F(2x2) 3.68x / 2.32x  (before 5.26x / 3.31x); F(4x4) 3.77x / 2.38x  (om = 1)
+  256 x 14: F(2x2) 5.99x / 1.51x, F(4x4) 4.83x / 1.22x  (om = 1)
+  512 x 7:  F(2x2) 7.50x / 1.08x  (om = 1: om = 32 would move 6.99x / 1.00x)
+with one work-group of 224-256 work-items a multiprocessor (the buffer: 135-200 KiB). Passes
+are the default only where they save HELD_GAIN of the bytes: they cost time. On an H100
+(batch 8, float32) the held defaults took 0.31 ms at 64 x 56 (F(2x2), F(4x4)) against 0.17 and
+0.14 ms for the 48 KiB blocks, 0.64 ms against 0.16 ms at 128 x 28 (F(2x2)), and om = 32 at
+512 x 7 6.3 ms against 0.36 ms: x fits the 50 MB L2 there, so the bytes the count saves were
+not the bound; few work-groups (64 at 64 x 56, batch 8) and one a multiprocessor were. At
+batch 8 the filters' re-reads dominate from 128 channels on (each work-group reads them all).
 
 2x at 128 -> 128, 28 x 28, batch 8 is out of this kernel's reach (it writes y once, the sums
 of a pass in registers): x and y are 3.21 MB each, the filters 0.59 MB, 2x 14.02 MB. Holding
@@ -39,9 +43,9 @@ outputs take >= 19 work-groups, each reading all the filters: >= 11.2 MB, with x
 >= 17.6 MB (2.51x). Holding the filters instead (4.5 KiB an output channel: at most 50), x is
 read >= 3 times, with the halo of the blocks a pass of >= 43 channels holds in registers
 (<= 53 F(2x2) or 23 F(4x4) tiles: 7 x 7 or 7 x 3, >= 1.14x x) >= 11.0 MB: with y and the
-filters >= 14.9 MB (2.12x, on a grid of three work-groups). The defaults take blocks of 56
-F(2x2) or 16 F(4x4) tiles (the larger ones leave no work-group size a multiple of 32 or
-miss the buffer): 3.68x.
+filters >= 14.9 MB (2.12x, on a grid of three work-groups). The F(2x2) default takes blocks
+of 56 tiles (the larger ones leave no work-group size a multiple of 32 or miss the buffer):
+3.68x; F(4x4)'s held blocks of 16 tiles would save 2% of the bytes: it keeps one pass.
 
 The unfused kernels (winograd_2x2 / winograd_4x4: transforms and products through global
 memory) stay: below the fused ones on a GPU (forceable with impl=), above them on a CPU device,
@@ -205,6 +209,12 @@ def blockings(m: int, call: "Call | None" = None, limit: int = LOCAL_BYTES):
             yield c
 
 
+#: the least fraction of the bytes passes over a held region must save to be the default: they
+#: serialize a work-group's output channels on few work-groups of one a multiprocessor (H100,
+#: 512 -> 512 channels at 7 x 7, batch 8: om = 32 moved 7% fewer bytes in 17x the time)
+HELD_GAIN = 0.1
+
+
 @lru_cache(maxsize=None)
 def default_for(m: int, nchw: bool, call: Call, limit: int = LOCAL_BYTES) -> dict:
     """The config of the space that moves the fewest bytes on ``call`` with ``limit`` bytes of
@@ -212,7 +222,9 @@ def default_for(m: int, nchw: bool, call: Call, limit: int = LOCAL_BYTES) -> dic
     edges, fewer sums a work-item, more work-items, less local memory), with the most
     channels a step that fit and a layout whose steps are conflict-free in the bank model
     (:func:`cost`); where none of the 16 that move the fewest has one (the region of every
-    channel leaves no room for its padding), the one of them with the fewest extra wavefronts."""
+    channel leaves no room for its padding), the one of them with the fewest extra wavefronts.
+    Passes (om > 1) only where they move HELD_GAIN fewer bytes than one pass would; those
+    first, then one pass."""
     th, tw = ceil_div(call.oh, m), ceil_div(call.ow, m)
     ranked = []
     for c in blockings(m, call, limit):
@@ -222,16 +234,22 @@ def default_for(m: int, nchw: bool, call: Call, limit: int = LOCAL_BYTES) -> dic
                  * ceil_div(tw, c["btw"]) * c["btw"])
         ranked.append((sum(traffic(c, m, call)), pairs, c["tm"] * c["tn"], -work_group(c),
                        sum(local_bytes(c, m, call.c)), c))
-    fewest = None
-    for i, (*_, c) in enumerate(sorted(ranked, key=lambda r: r[:5])[:16]):
-        for bk in (8, 4, 2):
-            c = dict(c, bk=bk)
-            if fits(c, m, call, limit):
-                extra = cost(c, m, nchw, layout(c, m, nchw, call.c, limit))
-                if not extra[0]:
-                    return c
-                fewest = min(fewest or (extra, i, c), (extra, i, c), key=lambda e: e[:2])
-    return fewest[2] if fewest else DEFAULTS[m]
+    one = min((r[0] for r in ranked if r[-1]["om"] == 1), default=None)
+    held = [r for r in ranked if r[-1]["om"] > 1 and (one is None
+                                                      or r[0] <= (1 - HELD_GAIN) * one)]
+    for group in (held, [r for r in ranked if r[-1]["om"] == 1]):
+        fewest = None
+        for i, (*_, c) in enumerate(sorted(group, key=lambda r: r[:5])[:16]):
+            for bk in (8, 4, 2):
+                c = dict(c, bk=bk)
+                if fits(c, m, call, limit):
+                    extra = cost(c, m, nchw, layout(c, m, nchw, call.c, limit))
+                    if not extra[0]:
+                        return c
+                    fewest = min(fewest or (extra, i, c), (extra, i, c), key=lambda e: e[:2])
+        if fewest:
+            return fewest[2]
+    return DEFAULTS[m]
 
 
 def _run(ctx, fused) -> None:
