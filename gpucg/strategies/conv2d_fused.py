@@ -277,9 +277,10 @@ def kernel_requests(p) -> list:
 
 
 def _strides(p) -> dict:
-    """The template's layout parameters (:class:`Layout`)."""
+    """The template's layout parameters (:class:`Layout`) and its dynamic buffer's bytes."""
     lay = layout_of(p)
-    return dict(cq=lay.cq, qs=lay.qs, xs=lay.xs, us=lay.us, vs=lay.vs)
+    return dict(cq=lay.cq, qs=lay.qs, xs=lay.xs, us=lay.us, vs=lay.vs,
+                dyn_bytes=lay.split(p)[1])
 
 
 def _dynamic(p) -> int:
