@@ -59,7 +59,8 @@ class CompiledOp:
         dispatcher_source: the generated Python that checks the arguments and picks a kernel.
         sources: kernel name -> kernel source, for every choice the dispatcher may run.
         last_impl: the implementation the most recent call ran (None before one).
-        launch_check: None, or ``f(program, key, grid, block)``, run before each launch; it
+        launch_check: None, or ``f(program, key, grid, block, shared)``, run before each
+            launch (``shared``: its dynamic local bytes); it
             may raise to stop it (the tuner's device-limit checks).
     """
 
@@ -157,8 +158,10 @@ class CompiledOp:
         if index not in self._specs:
             choice = self.selection.choices[index]
             self._specs[index] = {
-                key: codegen.KernelSpec.make(k.template, self.entry(index, key),
-                                             **choice.impl.template_params(key, choice.config))
+                key: codegen.KernelSpec.make(
+                    k.template, self.entry(index, key),
+                    choice.impl.dynamic_local(key, choice.config),
+                    **choice.impl.template_params(key, choice.config))
                 for key, k in choice.impl.kernels.items()}
         return self._specs[index]
 

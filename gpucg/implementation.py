@@ -39,6 +39,9 @@ class Kernel:
             of its template parameters giving that reason ("" where it must not spill). The
             resource check (tests/test_resources.py) fails on undeclared spills.
         low_occupancy: the same for an occupancy below 25% on sm_80/sm_90.
+        dynamic_local: ``template parameters -> bytes`` of the kernel's dynamic local
+            (shared) buffer (gpucg/codegen/dynamic_local.py), which every launch of it gets;
+            None: it has none.
     """
 
     template: str
@@ -47,15 +50,16 @@ class Kernel:
     doc: str = ""
     spills: str | Callable = ""
     low_occupancy: str | Callable = ""
+    dynamic_local: Callable | None = None
 
     def __init__(self, template: str, fixed: Mapping | None = None, derive: Callable | None = None,
                  doc: str = "", spills: str | Callable = "", low_occupancy: str | Callable = "",
-                 *, params: Mapping | None = None):
+                 *, params: Mapping | None = None, dynamic_local: Callable | None = None):
         if params is not None:
             fixed = _deprecated_params("Kernel", fixed, params)
         for name, value in (("template", template), ("fixed", MappingProxyType(dict(fixed or {}))),
                             ("derive", derive), ("doc", doc), ("spills", spills),
-                            ("low_occupancy", low_occupancy)):
+                            ("low_occupancy", low_occupancy), ("dynamic_local", dynamic_local)):
             object.__setattr__(self, name, value)
 
     @property
@@ -244,6 +248,17 @@ class Implementation:
         if k.derive is not None:
             out.update(k.derive(out))
         return out
+
+    def dynamic_local(self, key: str, config: Config) -> int:
+        """Bytes of one kernel's dynamic local buffer for a config (0: none)."""
+        fn = self.kernels[key].dynamic_local
+        if fn is None:
+            return 0
+        nbytes = fn(self.template_params(key, config))
+        if not isinstance(nbytes, int) or nbytes < 0:
+            raise StrategyError(f"{self.name}: kernel {key!r}'s dynamic_local gave "
+                                f"{nbytes!r}; it must give a number of bytes (an int >= 0)")
+        return nbytes
 
     def describe_condition(self) -> str:
         """The condition as the reports print it, with its verdict when the shapes decide it."""

@@ -19,9 +19,10 @@ class Launcher:
         ctx = self.ctx
         compiled = ctx.compiled
         program = compiled.program(ctx.index, self.key, ctx.wide)
+        shared = compiled.specs(ctx.index)[self.key].dynamic_local
         if compiled.launch_check is not None:
-            compiled.launch_check(program, self.key, grid, block)
-        program(*args, grid=grid, block=block)
+            compiled.launch_check(program, self.key, grid, block, shared)
+        program(*args, grid=grid, block=block, shared=shared)
 
 
 class RunContext:

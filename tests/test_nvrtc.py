@@ -68,6 +68,13 @@ def conv2d_sources():
         for impl in ("winograd_4x4", "winograd_2x2", "direct") + FUSED + MMA_IMPLS * (dtype != "float32"):
             yield from gpucg.compile("conv2d", data, gpucg.tensor(wshape, dtype), *extra, impl=impl,
                                      **attrs).sources.items()
+        # the fused kernels holding the input region of every channel (om > 1: the dynamic
+        # buffer), which constant channel counts allow
+        fixed = gpucg.tensor((2, 20, 20, 16) if dl == "NHWC" else (2, 16, 20, 20), dtype)
+        for impl in FUSED:
+            yield from gpucg.compile("conv2d", fixed, gpucg.tensor(wshape, dtype), *extra, impl=impl,
+                                     config=dict(bm=8, bth=2, btw=4, bk=4, tm=1, tn=1, om=2),
+                                     **attrs).sources.items()
         if dtype == "float32":  # the tensor-core kernels with TF32
             for impl in MMA_IMPLS:
                 yield from gpucg.compile("conv2d", data, gpucg.tensor(wshape, dtype), impl=impl,

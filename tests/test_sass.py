@@ -349,9 +349,10 @@ def test_radix_sort_ranks_by_shuffles_without_a_stack(sass_or_skip, arch, op, dt
 #: the fused Winograd kernels' default configs on a ResNet layer (F(2x2) forced, F(4x4) as
 #: selected): the input region, U and V through shared memory (scalar LDS by design: a
 #: work-item's tm x tn pairs are TY and TX apart, conflict-free), the products' accumulators
-#: in registers (their A2 * tm * tn FFMA a step unrolled), three barriers a channel step, no
-#: local memory
-_WINOGRAD = [("winograd_fused_2x2", 16 * 2 * 2), ("winograd_fused_4x4", 36 * 2 * 1)]
+#: in registers (their A2 * tm * tn FFMA a step unrolled: 1 x 4 and 1 x 1 pairs, the region of
+#: every channel held in the dynamic buffer, om > 1), three barriers a channel step and one
+#: after the region's load, no local memory
+_WINOGRAD = [("winograd_fused_2x2", 16 * 1 * 4), ("winograd_fused_4x4", 36 * 1 * 1)]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -365,7 +366,8 @@ def test_fused_winograd_keeps_its_tiles_on_chip(sass_or_skip, arch, impl, produc
     assert r.stack == 0 and r.spill_loads == r.spill_stores == 0, (impl, arch, r)
     sass.assert_sass(r.sass, has=("LDS", "FFMA", "BAR"), none=("LDL", "STL", "HMMA"),
                      what=f"conv2d {impl} {arch}")
-    assert r.sass["FFMA"] >= products and r.sass["BAR"] <= 3, (impl, arch, r.sass)
+    assert r.sass["FFMA"] >= products and r.sass["BAR"] <= 4, (impl, arch, r.sass)
+    assert r.shared > 48 * 1024 and r.fits, (impl, arch, r)
 
 
 #: the column reductions' 128-bit loads (default GPU configs: a work-item's vec columns one

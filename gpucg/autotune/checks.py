@@ -1,6 +1,7 @@
 """Checks that drop a config before it runs: device limits, per backend, pluggable.
 
-A check is ``check(backend, program, kernel_key, grid, block) -> reason or None``. The tuner
+A check is ``check(backend, program, kernel_key, grid, block) -> reason or None`` (a check
+with a ``shared`` parameter also gets the launch's dynamic local bytes). The tuner
 runs each registered check of the target's backend before each launch of a candidate (after
 the kernel is compiled, so a check can read what the compiler says about it); the first reason
 given drops the candidate: it is recorded with that reason and never measured. More checks
@@ -10,6 +11,7 @@ with :func:`register_check`.
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 
@@ -41,9 +43,10 @@ def launch_checker(backend) -> Callable | None:
     if not checks:
         return None
 
-    def check(program, key, grid, block):
+    def check(program, key, grid, block, shared=0):
         for c in checks:
-            reason = c(backend, program, key, grid, block)
+            more = {"shared": shared} if "shared" in inspect.signature(c).parameters else {}
+            reason = c(backend, program, key, grid, block, **more)
             if reason:
                 raise Dropped(f"kernel {key}: {reason}")
     return check
@@ -69,9 +72,9 @@ def opencl_work_group(backend, program, key, grid, block):
     return None
 
 
-def opencl_local_memory(backend, program, key, grid, block):
-    """The kernel's local memory against the device's."""
-    used = int(_kernel_info(backend, program, "LOCAL_MEM_SIZE"))
+def opencl_local_memory(backend, program, key, grid, block, shared=0):
+    """The kernel's local memory (its static and the launch's dynamic) against the device's."""
+    used = program.static_local() + shared
     have = int(backend.device.local_mem_size)
     if used > have:
         return f"uses {used} bytes of local memory; the device has {have}"

@@ -12,6 +12,7 @@ from ..half import HALF_DTYPES
 from . import half_fns as _half
 from . import vector as _vec
 from .shuffle import SHFL_WORDS
+from .dynamic_local import CUDA_DYNAMIC, OPENCL_DYNAMIC
 from .memsync import CUDA_SYNC, OPENCL_SYNC
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
@@ -20,11 +21,9 @@ _AXES = "xyz"
 
 @dataclass(frozen=True, eq=False)
 class Dialect:
-    """How one kernel language spells kernels, memory spaces, ids, barriers and types.
-
-    Every difference between backends is a field; the methods only fill in the spellings, so
-    a new backend is one more Dialect object and templates never test a backend's name.
-    """
+    """How one kernel language spells kernels, memory spaces, ids, barriers and types: every
+    difference between backends is a field; the methods only fill in the spellings, so a new
+    backend is one more Dialect object and templates never test a backend's name."""
 
     name: str
     kernel: str
@@ -78,6 +77,7 @@ class Dialect:
     vector: object = None
     #: synchronization between work-groups (gpucg/codegen/memsync.py): fence, flag load/store
     sync: object = None
+    dynamic: object = None  # the dynamic local buffer's spellings (codegen/dynamic_local.py)
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -251,9 +251,8 @@ class Dialect:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
         return f"{self.atomic_add_fn}({ptr}, {value})"
 
-    # A 16-bit float buffer is named by its storage format, ``half``: "float16", "bfloat16",
-    # True (float16, as templates wrote it before bfloat16), or anything falsy (or another
-    # dtype name) for a plain buffer of float.
+    # A 16-bit float buffer is named by its storage format, ``half``: "float16", "bfloat16", True
+    # (float16, as templates wrote it before bfloat16), or anything falsy for a float buffer.
 
     @staticmethod
     def half_format(half) -> str:
@@ -352,6 +351,7 @@ CUDA = Dialect(
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
     sync=CUDA_SYNC,
+    dynamic=CUDA_DYNAMIC,
     vector=_vec.CUDA_VECTORS,
 )
 
@@ -385,6 +385,7 @@ OPENCL = Dialect(
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
     sync=OPENCL_SYNC,
+    dynamic=OPENCL_DYNAMIC,
     vector=_vec.OPENCL_VECTORS,
 )
 

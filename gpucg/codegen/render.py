@@ -38,14 +38,17 @@ class KernelSpec:
     template: str
     entry: str
     template_params: tuple = ()
+    #: bytes of its dynamic local buffer, which each launch gets (gpucg/codegen/dynamic_local.py)
+    dynamic_local: int = 0
 
     @staticmethod
-    def make(template: str, entry: str, **template_params) -> "KernelSpec":
+    def make(template: str, entry: str, dynamic_local: int = 0,
+             **template_params) -> "KernelSpec":
         if not _IDENT.fullmatch(entry):
             raise InputError(f"kernel entry name {entry!r} must be a C identifier")
         for k, v in template_params.items():
             _validate_param(k, v)
-        return KernelSpec(template, entry, tuple(sorted(template_params.items())))
+        return KernelSpec(template, entry, tuple(sorted(template_params.items())), dynamic_local)
 
 
 def _validate_param(name: str, value) -> None:

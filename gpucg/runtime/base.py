@@ -29,6 +29,16 @@ def c_contiguous(array, module=np):
     return out if out.shape == array.shape else out.reshape(array.shape)
 
 
+def check_dynamic_local(entry: str, nbytes: int, static: int, allowed: int, limit: str) -> None:
+    """ResourceError unless a kernel's dynamic local buffer of ``nbytes`` and its ``static``
+    local (shared) bytes fit the ``allowed`` bytes of the device's ``limit``."""
+    if nbytes + static > allowed:
+        raise ResourceError(
+            f"{entry}: a dynamic local buffer of {nbytes} bytes and {static} bytes of static "
+            f"local memory exceed the device's {limit} of {allowed} bytes; lower the config "
+            "knobs that size the buffer", limit=limit, value=nbytes + static, allowed=allowed)
+
+
 def split_chunks(n: int, groups: int, per_group: int, want: int) -> tuple[int, int]:
     """(chunk, chunks): n items in chunks of at least ``per_group``, enough of them that
     ``groups`` work-groups become about ``want`` (rows split over work-groups)."""
@@ -53,12 +63,14 @@ class Program(ABC):
     entry: str
 
     @abstractmethod
-    def launch(self, args, grid: int, block: int) -> None: ...
+    def launch(self, args, grid: int, block: int, shared: int = 0) -> None:
+        """Run it on ``grid`` work-groups of ``block``; ``shared``: bytes of its dynamic local
+        buffer (gpucg/codegen/dynamic_local.py), 0 where it declares none."""
 
-    def __call__(self, *args, grid: int, block: int) -> None:
+    def __call__(self, *args, grid: int, block: int, shared: int = 0) -> None:
         if grid <= 0:
             return  # nothing to do for empty problems
-        self.launch(args, grid, block)
+        self.launch(args, grid, block, shared)
         stats.bump("launches")
 
 

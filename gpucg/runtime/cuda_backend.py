@@ -13,10 +13,11 @@ import threading
 import numpy as np
 
 from ..codegen import CUDA
-from ..errors import CompileError, DTypeError, InputError, LaunchError, TargetUnavailableError
+from ..errors import (CompileError, DTypeError, InputError, LaunchError, ResourceError,
+                      TargetUnavailableError)
 from ..half import is_bfloat16
 from .. import counters as stats
-from .base import Backend, Program, c_contiguous
+from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key
 
 
@@ -29,23 +30,42 @@ class CudaProgram(Program):
         #: what it was compiled from (the resource check asks ptxas about it)
         self.source = source
         self.options = tuple(options)
+        #: the kernel's max dynamic shared memory attribute as this program last raised it
+        self.allowed_shared = 0
 
-    def launch(self, args, grid: int, block: int) -> None:
+    def launch(self, args, grid: int, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
         if grid > 2**31 - 1:
             raise LaunchError(f"CUDA grid of {grid} blocks exceeds 2^31-1 for {self.entry}")
         events = self.backend._events
         try:
-            if events is None:
-                self.function((grid,), (block,), args)
-            else:  # kernel_time(): events tight around the launch, the kernel's own time
+            if shared:
+                self._allow_shared(shared)
+            start = end = None
+            if events is not None:  # kernel_time(): events tight around the launch
                 start, end = self.backend.cupy.cuda.Event(), self.backend.cupy.cuda.Event()
                 start.record()
+            if shared:
+                self.function((grid,), (block,), args, shared_mem=shared)
+            else:
                 self.function((grid,), (block,), args)
+            if events is not None:
                 end.record()
                 events.append((start, end))
+        except ResourceError:
+            raise
         except Exception as exc:  # CuPy raises its own CUDADriverError types
             raise LaunchError(f"CUDA launch of {self.entry} failed: {exc}") from None
+
+    def _allow_shared(self, shared: int) -> None:
+        """Raise the kernel's max dynamic shared memory attribute to ``shared`` bytes where they
+        are above the 48 KiB a launch gets without it; ResourceError above the opt-in limit."""
+        portable, optin = self.backend.shared_limits
+        check_dynamic_local(self.entry, shared, int(self.function.shared_size_bytes), optin,
+                            "sharedMemPerBlockOptin")
+        if shared > max(portable, self.allowed_shared):
+            self.function.max_dynamic_shared_size_bytes = shared
+            self.allowed_shared = shared
 
 
 def _no_bfloat16(dtype) -> None:
@@ -106,6 +126,9 @@ class CudaBackend(Backend):
             #: what else decides the binary: NVRTC's version and the driver's (CUBIN or PTX)
             self._toolchain = (cupy.cuda.nvrtc.getVersion(),
                                cupy.cuda.runtime.driverGetVersion())
+            #: (bytes of shared memory a block gets without the opt-in, with it)
+            self.shared_limits = (int(props["sharedMemPerBlock"]),
+                                  int(props["sharedMemPerBlockOptin"]))
             self._ready = True
 
     def status(self):

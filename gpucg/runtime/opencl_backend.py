@@ -18,33 +18,13 @@ from .. import settings
 from ..codegen import OPENCL
 from ..errors import CompileError, InputError, LaunchError, TargetUnavailableError
 from .. import counters as stats
-from .base import Backend, Program, c_contiguous
+from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key
+from .opencl_gather import GATHER_WG, UNITS, gather_source
 
 log = logging.getLogger("gpucg.runtime")
 
 _PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
-_UNITS = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong", 16: "ulong2"}
-_GATHER_WG = 256
-
-
-def gather_source(itemsize: int, rank: int) -> str:
-    """A kernel copying a strided view of ``rank`` dimensions into a contiguous buffer: one
-    work-item per element, its index decoded over the sizes s_r (innermost last) into the
-    view's element strides st_r from element offset off. Elements move as unsigned integers of
-    their size (any dtype, bits unchanged)."""
-    t = _UNITS[itemsize]
-    dims = "".join(f", const long s{r}, const long st{r}" for r in range(rank))
-    walk = "".join(f"    at += (rem % s{r}) * st{r};\n    rem /= s{r};\n"
-                   for r in reversed(range(rank)))
-    return (f"/* gpucg: a strided view of {rank} dimension(s) made contiguous on the device, "
-            f"{itemsize}-byte elements; grid = ceil(n / {_GATHER_WG}) work-groups of "
-            f"{_GATHER_WG} */\n"
-            f"__kernel void gpucg_gather_{itemsize}_{rank}(__global const {t}* restrict x, "
-            f"__global {t}* restrict y, const long n, const long off{dims})\n{{\n"
-            "    const long i = get_global_id(0);\n    if (i >= n) return;\n"
-            f"    long rem = i, at = off;\n{walk}    y[i] = x[at];\n}}\n")
-
 #: a host array is used in place only where its address is a multiple of this (and of its
 #: element size). A kernel that loads wider vector types (a double4 needs 32 bytes: the
 #: compiler emits aligned loads) gets a copy of a borrowed input that is not aligned for them,
@@ -100,10 +80,15 @@ class OpenCLProgram(Program):
         #: the alignment its vector types need of the buffers it is given
         self.align = align
         self.lock = threading.Lock()
+        self._static_local = None
 
-    def launch(self, args, grid: int, block: int) -> None:
+    def launch(self, args, grid: int, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
         cl = self.backend.cl
+        if shared:  # the dynamic local buffer: the kernel's last parameter
+            check_dynamic_local(self.entry, shared, self.static_local(),
+                                int(self.backend.device.local_mem_size), "CL_DEVICE_LOCAL_MEM_SIZE")
+            args = (*args, cl.LocalMemory(shared))
         if self.align > HOST_PTR_ALIGN:
             for a in args:
                 if type(a) is DeviceArray and a.host is not None:
@@ -119,6 +104,15 @@ class OpenCLProgram(Program):
         except cl.Error as exc:
             raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
                               f"failed: {exc}") from None
+
+
+    def static_local(self) -> int:
+        """The kernel's static local memory in bytes (asked once, before any launch sets a
+        local argument, which the driver's figure would then include)."""
+        if self._static_local is None:
+            self._static_local = int(self.kernel.get_work_group_info(
+                self.backend.cl.kernel_work_group_info.LOCAL_MEM_SIZE, self.backend.device))
+        return self._static_local
 
 
 class OpenCLBackend(Backend):
@@ -371,14 +365,14 @@ class OpenCLBackend(Backend):
             return out
         item = dtype.itemsize
         dims = [(int(n), int(st)) for n, st in zip(array.shape, array.strides) if n != 1]
-        if item not in _UNITS or array.offset % item or any(st % item for _, st in dims):
+        if item not in UNITS or array.offset % item or any(st % item for _, st in dims):
             raise LaunchError(f"a pyopencl view of dtype {dtype} with byte strides "
                               f"{array.strides} and offset {array.offset} is not aligned to "
                               "its elements; gpucg copies views whose strides are whole elements")
         prog = self.compile(gather_source(item, len(dims)), f"gpucg_gather_{item}_{len(dims)}")
         args = [np.int64(a) for n, st in dims for a in (n, st // item)]
         prog(array.base_data, out.data, np.int64(out.size), np.int64(array.offset // item),
-             *args, grid=-(-out.size // _GATHER_WG), block=_GATHER_WG)
+             *args, grid=-(-out.size // GATHER_WG), block=GATHER_WG)
         return out
 
     def synchronize(self) -> None:

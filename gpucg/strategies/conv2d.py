@@ -266,11 +266,11 @@ def gpu_strategy(attrs, inputs, outputs, target):
             (f4, f2), (u4, u2) = (9, 8), (7, 6)
         # the blocks that move the fewest bytes on a GPU; on a CPU device the fixed 4 x 8 /
         # 2 x 8 blocks (PoCL, batch 8: the others took 0.9-2.9x their time; benchmarks/results/)
-        call = None if on_cpu else conv2d_fused.call_for(geo, attrs, inputs, outputs[0])
+        call = conv2d_fused.call_for(geo, attrs, inputs, outputs[0])
         for m, plevel in ((4, f4), (2, f2)):
             s.add(conv2d_fused.FUSED[m, False], plevel, condition=big_out if m == 4 else None,
-                  space=conv2d_fused.space(m, common["nchw"], call), info=info,
-                  fixed=winograd_params(common, m, on_cpu))
+                  info=info, **conv2d_fused.offer(m, common["nchw"], call, target,
+                                                  winograd_params(common, m, on_cpu)))
         space = gemm_space(geo.o, on_cpu, loads=False)
         s.add(WINOGRAD[4, True], u4, condition=big_out, space=space, info=info,
               fixed=winograd_params(common, 4, on_cpu))

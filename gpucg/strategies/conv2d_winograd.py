@@ -11,7 +11,7 @@ from ..ops.conv2d_winograd import OP, winograd_geometry, winograd_matrices
 from ..implementation import host_impl
 from ..strategy import Strategy, only
 from .conv2d import WINOGRAD, ConvInfo, acc_dtype, common_params, winograd_params
-from .conv2d_fused import FUSED, call_for, space
+from .conv2d_fused import FUSED, call_for, offer
 from .gemm_tile import gemm_space
 
 
@@ -60,9 +60,9 @@ def gpu_strategy(attrs, inputs, outputs, target):
     m = attrs.tile_size
     # as conv2d's: on a CPU the unfused kernels are faster than the fused ones
     fused, unfused = (12, 15) if target.on_cpu else (15, 12)
-    call = None if target.on_cpu else call_for(geo, conv, inputs, outputs[0], m)  # as conv2d's
-    s.add(FUSED[m, True], fused, info=ConvInfo(geo, conv), space=space(m, common["nchw"], call),
-          fixed=winograd_params(common, m, target.on_cpu))
+    call = call_for(geo, conv, inputs, outputs[0], m)  # as conv2d's
+    s.add(FUSED[m, True], fused, info=ConvInfo(geo, conv),
+          **offer(m, common["nchw"], call, target, winograd_params(common, m, target.on_cpu)))
     s.add(WINOGRAD[attrs.tile_size, False], unfused, info=ConvInfo(geo, conv),
           space=gemm_space(geo.o, target.on_cpu, loads=False),
           fixed=winograd_params(common, attrs.tile_size, target.on_cpu))

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sympy
 
+from ..arch import PORTABLE_LOCAL_BYTES
 from ..shape import alignment
 from ..space import ConfigSpace
 
 #: local memory a work-group may use for its tiles (CUDA's static shared-memory limit)
-LOCAL_BYTES = 48 * 1024
+LOCAL_BYTES = PORTABLE_LOCAL_BYTES
 
 
 def work_group(config) -> int:

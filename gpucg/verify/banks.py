@@ -177,8 +177,7 @@ def _requests_fn(impl_name: str):
         from ..strategies import conv2d_fused
         for m in (2, 4):
             register(f"winograd_fused_{m}x{m}",
-                     lambda config, params: conv2d_fused.requests(config, params["m"],
-                                                                  params["nchw"]))
+                     lambda config, params: conv2d_fused.kernel_requests(params))
     return CORES.get(impl_name)
 
 

@@ -7,7 +7,8 @@ and launches through its kernel call, which records each launch
 memory, so benchmark-sized calls cost nothing. With ``check=True`` every kernel is compiled to
 PTX by NVRTC, and every launch is checked as the driver would take it: the arguments against
 the parameters the PTX ``.entry`` declares (count, pointer or value, width, integer or float),
-and grid, block and shared memory against the device's limits. A bad launch raises
+and grid, block and shared memory against the device's limits (dynamic shared memory above
+48 KiB only where the kernel's max dynamic shared memory attribute allows it). A bad launch raises
 :class:`LaunchCheckError`, which the backend reports as a LaunchError, as it would a driver's.
 """
 
@@ -168,9 +169,17 @@ def check_args(entry: str, params: list[Param], args) -> None:
                                    f"{p.bits}-bit {'float' if p.ptx.startswith('f') else 'int'}")
 
 
-def check_geometry(entry: str, arch: str, grid, block, shared_mem: int) -> None:
+def ptx_static_shared(ptx: str) -> int:
+    """Bytes of the static ``.shared`` arrays a PTX module declares (its kernels' __shared__)."""
+    return sum(int(n) * int(size) // 8 for size, n in re.findall(
+        r"\.shared\s+(?:\.align\s+\d+\s+)?\.[bfsu](\d+)\s+[\w$]+\[(\d+)\]", ptx))
+
+
+def check_geometry(entry: str, arch: str, grid, block, shared_mem: int, allowed: int = 0,
+                   static: int = 0) -> None:
     """LaunchCheckError unless grid, block and dynamic shared memory are within the device's
-    limits."""
+    limits: ``shared_mem`` within 48 KiB, or within ``allowed`` (the kernel's max dynamic
+    shared memory attribute as set), and with ``static`` within the opt-in limit."""
     lim = limits(arch)
     for what, dims, caps in (("grid", grid, lim.max_grid), ("block", block, lim.max_block_dims)):
         for d, cap in zip(dims, caps):
@@ -180,9 +189,15 @@ def check_geometry(entry: str, arch: str, grid, block, shared_mem: int) -> None:
     if threads > lim.max_threads_per_block:
         raise LaunchCheckError(f"{entry}: block of {threads} threads exceeds "
                                f"{lim.max_threads_per_block}")
-    if shared_mem > lim.smem_static_max:
-        raise LaunchCheckError(f"{entry}: {shared_mem} bytes of dynamic shared memory exceed "
-                               f"{lim.smem_static_max} (no opt-in attribute is set)")
+    if shared_mem > max(lim.smem_static_max, allowed):
+        raise LaunchCheckError(
+            f"{entry}: {shared_mem} bytes of dynamic shared memory exceed "
+            + (f"its max dynamic shared memory attribute, {allowed}" if allowed else
+               f"{lim.smem_static_max} (no opt-in attribute is set)"))
+    if shared_mem + static > lim.smem_per_block_optin:
+        raise LaunchCheckError(f"{entry}: {shared_mem} bytes of dynamic and {static} of static "
+                               f"shared memory exceed the opt-in limit "
+                               f"{lim.smem_per_block_optin} of {arch}")
 
 
 @dataclass
@@ -199,15 +214,39 @@ class Launch:
 
 
 class _Function:
-    def __init__(self, module: "_Module", entry: str, params):
-        self.module, self.entry, self.params = module, entry, params
+    def __init__(self, module: "_Module", entry: str, params, static: int = 0):
+        self.module, self.entry, self.params, self.static = module, entry, params, static
+        self._max_dynamic = 0
+
+    @property
+    def shared_size_bytes(self) -> int:
+        """Its static shared memory (CuPy's attribute, from the PTX here)."""
+        return self.static
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        """The attribute CuPy's Function sets with cuFuncSetAttribute; the driver refuses a
+        value that with the static shared memory exceeds the opt-in limit."""
+        return self._max_dynamic
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        cupy = self.module.cupy
+        cupy.attributes.append((self.entry, "max_dynamic_shared_size_bytes", int(value)))
+        optin = cupy.limits.smem_per_block_optin
+        if cupy.check and int(value) + self.static > optin:
+            raise LaunchCheckError(f"{self.entry}: max_dynamic_shared_size_bytes={value} with "
+                                   f"{self.static} bytes of static shared memory exceeds the "
+                                   f"opt-in limit {optin} of {cupy.arch}")
+        self._max_dynamic = int(value)
 
     def __call__(self, grid, block, args, shared_mem: int = 0, stream=None):
         cupy = self.module.cupy
         cupy.launches.append(Launch(self.entry, self.module.code, self.module.options,
                                     tuple(grid), tuple(block), tuple(args), shared_mem))
         if cupy.check:
-            check_geometry(self.entry, cupy.arch, grid, block, shared_mem)
+            check_geometry(self.entry, cupy.arch, grid, block, shared_mem, self._max_dynamic,
+                           self.static)
             check_args(self.entry, self.params, args)
 
 
@@ -225,7 +264,8 @@ class _Module:
     def get_function(self, entry: str) -> _Function:
         if self.ptx is None:
             return _Function(self, entry, None)
-        return _Function(self, entry, kernel_params(self.code, entry, self.ptx))
+        return _Function(self, entry, kernel_params(self.code, entry, self.ptx),
+                         ptx_static_shared(self.ptx))
 
 
 class _Event:
@@ -241,12 +281,13 @@ class StandInCupy:
 
     Attributes:
         launches: every launch so far (:class:`Launch`), checked or not.
+        attributes: every kernel attribute set so far, (entry, name, value).
         check: compile each kernel to PTX and check every launch (NVRTC needed).
     """
 
     def __init__(self, arch: str = "sm_90", check: bool = True, device_count: int = 1,
                  name: str = "gpucg stand-in GPU"):
-        self.arch, self.check, self.launches = arch, check, []
+        self.arch, self.check, self.launches, self.attributes = arch, check, [], []
         self.limits = limits(arch)
         self.ndarray = StandInArray
         major, minor = self.limits.compute_capability

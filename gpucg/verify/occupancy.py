@@ -1,7 +1,7 @@
 """Occupancy of CUDA kernels from the published per-SM limits, without a GPU.
 
-The limits are the CUDA C++ Programming Guide's table "Technical Specifications per Compute
-Capability"; the computation follows the occupancy calculator the CUDA toolkit ships
+The limits are gpucg.arch's (the CUDA C++ Programming Guide's table "Technical Specifications
+per Compute Capability"); the computation follows the occupancy calculator the CUDA toolkit ships
 (cuda_occupancy.h): registers are allocated per warp in units of 256 and split over the SM's
 four sub-partitions, shared memory per block in units of 128 bytes with 1 KiB reserved per
 block, and the resident blocks of an SM are the fewest that any one limit allows.
@@ -11,63 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..arch import ARCHS, KIB, ArchLimits, limits  # noqa: F401 (the limits' home is gpucg.arch)
 from ..runtime.base import ceil_div
-
-KIB = 1024
-
-
-@dataclass(frozen=True)
-class ArchLimits:
-    """The per-SM and per-block limits of one compute capability."""
-
-    arch: str
-    max_threads_per_sm: int
-    max_blocks_per_sm: int
-    smem_per_sm: int
-    #: the most shared memory a block may have with cudaFuncAttributeMaxDynamicSharedMemorySize
-    smem_per_block_optin: int
-    regs_per_sm: int = 64 * KIB
-    max_regs_per_block: int = 64 * KIB
-    max_regs_per_thread: int = 255
-    reg_alloc_unit: int = 256
-    sub_partitions: int = 4
-    #: static __shared__ beyond this is a compile error; a launch without the opt-in gets no more
-    smem_static_max: int = 48 * KIB
-    smem_reserved_per_block: int = 1 * KIB
-    smem_alloc_unit: int = 128
-    max_threads_per_block: int = 1024
-    warp_size: int = 32
-    max_grid: tuple = (2**31 - 1, 65535, 65535)
-    max_block_dims: tuple = (1024, 1024, 64)
-
-    @property
-    def max_warps_per_sm(self) -> int:
-        return self.max_threads_per_sm // self.warp_size
-
-    @property
-    def compute_capability(self) -> tuple[int, int]:
-        digits = self.arch.removeprefix("sm_")
-        return int(digits[:-1]), int(digits[-1])
-
-
-ARCHS = {a.arch: a for a in [
-    ArchLimits("sm_75", 1024, 16, 64 * KIB, 64 * KIB),
-    ArchLimits("sm_80", 2048, 32, 164 * KIB, 163 * KIB),
-    ArchLimits("sm_86", 1536, 16, 100 * KIB, 99 * KIB),
-    ArchLimits("sm_87", 1536, 16, 164 * KIB, 163 * KIB),
-    ArchLimits("sm_89", 1536, 24, 100 * KIB, 99 * KIB),
-    ArchLimits("sm_90", 2048, 32, 228 * KIB, 227 * KIB),
-]}
-
-
-def limits(arch: str) -> ArchLimits:
-    """The limits of ``arch`` ("sm_90"), or InputError naming the known ones."""
-    try:
-        return ARCHS[arch]
-    except KeyError:
-        raise InputError(f"arch={arch!r} has no limits table here; allowed: "
-                         f"{', '.join(ARCHS)}") from None
 
 
 def _round_up(value: int, unit: int) -> int:
@@ -102,7 +47,9 @@ class Occupancy:
 def occupancy(arch: str, registers: int, shared: int, block: int,
               dynamic_shared: int = 0) -> Occupancy:
     """Resident blocks and warps per SM for a kernel using ``registers`` per thread and
-    ``shared`` bytes of static shared memory, launched with ``block`` threads per block."""
+    ``shared`` bytes of static shared memory, launched with ``block`` threads per block and
+    ``dynamic_shared`` bytes of dynamic shared memory (above 48 KiB the backend raises the
+    kernel's opt-in attribute first: up to the arch's smem_per_block_optin, with the static)."""
     lim = limits(arch)
     warps_per_block = ceil_div(block, lim.warp_size)
     total_smem = shared + dynamic_shared
@@ -120,9 +67,9 @@ def occupancy(arch: str, registers: int, shared: int, block: int,
                    "requested for launch): lower the block size or the registers")
     if shared > lim.smem_static_max:
         why.append(f"{shared} bytes of static shared memory exceed {lim.smem_static_max}")
-    elif total_smem > lim.smem_static_max:
-        why.append(f"{total_smem} bytes of shared memory exceed the {lim.smem_static_max} a "
-                   "block gets without the opt-in attribute")
+    elif total_smem > lim.smem_per_block_optin:
+        why.append(f"{shared} bytes of static and {dynamic_shared} of dynamic shared memory "
+                   f"exceed the {lim.smem_per_block_optin} a block gets with the opt-in attribute")
     smem_per_block = _round_up(total_smem + lim.smem_reserved_per_block, lim.smem_alloc_unit)
     by = {
         "warps": lim.max_warps_per_sm // max(1, warps_per_block),

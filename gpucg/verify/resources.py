@@ -34,6 +34,7 @@ class KernelResources:
     entry: str
     arch: str
     registers: int
+    #: bytes of shared memory a block: static (ptxas) and dynamic (the launch)
     shared: int
     stack: int
     spill_stores: int
@@ -106,6 +107,7 @@ class ResourceRow:
     index: str
     arch: str
     registers: int
+    #: bytes of shared memory a block: static (ptxas) and dynamic (the launch)
     shared: int
     stack: int
     spill_stores: int
@@ -165,18 +167,18 @@ def launch_rows(compiled, launches, arch: str, selected: bool = False,
     groups: dict = {}
     for ln in launches:
         block = int(ln.block[0])
-        groups.setdefault((ln.entry, ln.source, ln.options, block), []).append(ln)
+        groups.setdefault((ln.entry, ln.source, ln.options, block, ln.shared_mem), []).append(ln)
     rows = []
-    for (entry, source, options, block), lns in groups.items():
+    for (entry, source, options, block, dynamic), lns in groups.items():
         key = by_entry.get(entry, entry)
         res = kernel_resources(source, entry, arch, tuple(options) or nvrtc.DEFAULT_OPTIONS)
-        occ = occupancy(arch, res.registers, res.shared, block)
+        occ = occupancy(arch, res.registers, res.shared, block, dynamic)
         spills, low = impl.kernels[key].expected(impl.template_params(key, choice.config)) \
             if key in impl.kernels else ("", "")
         wide = "64-bit indexing" in source.split("*/", 1)[0]
         rows.append(ResourceRow(
             compiled.op.name, impl.name, choice.config.short(), key, "int64" if wide else "int32",
-            arch, res.registers, res.shared, res.stack, res.spill_stores, res.spill_loads, block,
+            arch, res.registers, res.shared + dynamic, res.stack, res.spill_stores, res.spill_loads, block,
             len(lns), max_block(arch, res.registers), occ.blocks, occ.warps, occ.occupancy,
             occ.limiter, occ.fits, occ.reason, spills, low, selected,
             _mix(source, entry, arch, tuple(options)) if sass else None))
@@ -318,7 +320,7 @@ def explain_lines(compiled, arch: str | None = None) -> list[str]:
     return out
 
 
-def cuda_resource_check(backend, program, key, grid, block):
+def cuda_resource_check(backend, program, key, grid, block, shared=0):
     """The autotuner's check of a CUDA launch (gpucg.autotune.checks): registers x block and
     shared memory against the device, from ptxas; None (no objection) without NVRTC or for an
     architecture outside the limits table."""
@@ -329,7 +331,7 @@ def cuda_resource_check(backend, program, key, grid, block):
     if source is None or arch not in ARCHS or not nvrtc.available()[0]:
         return None
     got = kernel_resources(source, program.entry, arch, tuple(program.options))
-    occ = occupancy(arch, got.registers, got.shared, block)
+    occ = occupancy(arch, got.registers, got.shared, block, shared)
     return None if occ.fits else occ.reason
 
 
