@@ -217,3 +217,29 @@ def test_norm_traffic_figures():
         for impl in ("norm_split", "norm_cols")}
     for key, f in spread.items():
         assert f["ratio"] <= 1.5 and (f["loaded"] + f["stored"]) <= 1.5 * f["compulsory"], (key, f)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_gemv_reads_eight_at_a_time(dtype):
+    """The small-M GEMM's 16-bit vector path (vw = 8, the GPU default) on PoCL against float64:
+    rows of K a multiple of 8 (128-bit loads) and not (the scalar path), every m up to 16, a
+    bias and gelu epilogue, and an offset view, which takes vw = 1."""
+    backend_or_skip("opencl")
+    from gpucg.half import numpy_dtype
+    from gpucg.runtime import get_backend
+
+    cl, nd = get_backend("opencl"), numpy_dtype(dtype)
+    for m, k, n in [(1, 64, 33), (5, 136, 70), (16, 40, 9), (3, 27, 20)]:
+        x = rng.standard_normal((m, k)).astype(nd)
+        w = rng.standard_normal((n, k)).astype(nd)
+        b = rng.standard_normal(n).astype(nd)
+        f = gpucg.compile("dense", *(gpucg.tensor(a.shape, dtype) for a in (x, w, b)), target=GPU,
+                          impl="gemv", activation="relu")
+        assert {c.config["vw"] for c in f.selection.choices} == {8, 1}
+        x64, w64 = x.astype(np.float64), w.astype(np.float64)
+        want = np.maximum(x64 @ w64.T + b.astype(np.float64), 0)
+        tol = 1e-2 if dtype == "float16" else 6e-2
+        for xs in (x, _view(cl, x, 2)):
+            got = np.asarray(f(xs, w, b)).astype(np.float64)
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.sqrt(k),
+                                       err_msg=f"{dtype} {m}x{k}x{n}")

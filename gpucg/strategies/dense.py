@@ -210,23 +210,26 @@ def params(op, attrs, inputs, outputs, d) -> dict:
 
 
 def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
-               on_cpu: bool = False, cuda: bool = False) -> ConfigSpace:
+               on_cpu: bool = False, cuda: bool = False, half: bool = False) -> ConfigSpace:
     """The small-M kernel: wg work-items as k_slices slices of K times wg/k_slices column threads, cols
     columns each, vw elements of K a step; the slices' sums must fit the local memory.
+    16-bit data (``half``) loads 8 elements (128 bits) an access where vw = 8: the GPU default
+    (an H100 ran the 16-bit loads of vw = 1 at 0.88 TFLOP/s, torch 7.8); CPU devices keep vw = 1.
     ``shuffle``: a warp's slices added by xor shuffles (CUDA's default; OpenCL emulates them
     through local memory, two barriers a round, so its default adds them in local memory)."""
     def ok(c):
         return (c["k_slices"] <= c["wg"] and c["wg"] * m_rows * c["cols"] * acc_bytes <= 48 * 1024)
+    widths = ((8,) if half else (2, 4)) if vector else ()
     if b_k_major and on_cpu:
         default = {"wg": 64, "k_slices": 64, "cols": 8 if acc_bytes == 4 or m_rows < 16 else 4,
-                   "vw": 4 if vector else 1}
+                   "vw": 4 if vector and not half else 1}
     elif b_k_major:  # 16 KiB of partial sums at most: fits any OpenCL GPU's local memory
         default = {"wg": 128, "k_slices": 128, "cols": 2 if acc_bytes == 4 or m_rows < 16 else 1,
-                   "vw": 4 if vector else 1}
+                   "vw": widths[-1] if vector else 1}
     else:
         default = {"wg": 128, "k_slices": 8, "cols": 2, "vw": 1}
     return ConfigSpace({"wg": (64, 128, 256), "k_slices": (1, 2, 4, 8, 16, 32, 64, 128, 256),
-                        "cols": (1, 2, 4, 8), "vw": (1, 2, 4) if vector else (1,),
+                        "cols": (1, 2, 4, 8), "vw": (1, *widths),
                         "shuffle": (False, True)},
                        dict(default, shuffle=cuda), constraint=ok, added={"shuffle": False})
 
@@ -243,11 +246,13 @@ def gpu_strategy(op: str):
         s = Strategy(target)
         gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
                        target, GEMV_MAX_M)
-        gemv_vector = vector and p.a_k_major and p.b_k_major
+        gemv_vector = p.a_k_major and p.b_k_major
+        half = bool(common["half"])
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, fixed=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu,
-                                target.kind == "cuda"),
-              needs=vector_needs({0: True, 1: True}, acc_bytes) if gemv_vector else None)
+                               target.kind == "cuda", half),
+              needs=vector_needs({0: True, 1: True}, 2 if half else acc_bytes)
+              if gemv_vector else None)
         default = _default_tile(target.on_cpu, vector, acc_bytes)
         if not target.on_cpu and all(v.is_Integer for v in (m, n, nb)):
             default = fill_device(default, int(nb) * int(m), int(n), sm_count(target))
