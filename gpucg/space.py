@@ -51,26 +51,42 @@ class ConfigSpace:
 
     Args:
         knobs: knob name -> candidate values.
-        default: knob name -> the default value (must be a candidate).
+        default: knob name -> the default value (must be a candidate), or a function of no
+            arguments giving that mapping, called (and checked) when the default is first read:
+            a default that costs time to choose (a search over the space) is chosen only for
+            an implementation that selection reaches.
         constraint: config -> bool; configs for which it is False are not in the space.
         added: knob name -> the value a config that leaves the knob out stands for, for a
             knob added after configs were recorded without it (the kernel they measured);
             a knob not named here is filled with its default.
     """
 
-    def __init__(self, knobs: dict | None = None, default: dict | None = None,
+    def __init__(self, knobs: dict | None = None, default: dict | Callable | None = None,
                  constraint: Callable[[Config], bool] | None = None,
                  added: dict | None = None):
         self.knobs = {k: tuple(v) for k, v in (knobs or {}).items()}
         self.constraint = constraint
         self.added = {k: v for k, v in (added or {}).items() if k in self.knobs}
+        self._default = None
+        self._choose = default if callable(default) else None
+        if self._choose is None:
+            self._set_default(default)
+
+    def _set_default(self, default) -> None:
         default = dict(default or {})
         if set(default) != set(self.knobs):
             raise InputError(
                 f"config space default names {sorted(default)} must equal knobs {sorted(self.knobs)}"
             )
-        self.default = Config(default)
-        self.validate(self.default)
+        self._default = Config(default)
+        self.validate(self._default)
+
+    @property
+    def default(self) -> Config:
+        """The default config (chosen now if the space was given a function for it)."""
+        if self._default is None:
+            self._set_default(self._choose())
+        return self._default
 
     def complete(self, config) -> Config:
         """``config`` with every knob it leaves out at the default's value (or the value the

@@ -189,3 +189,30 @@ def test_a_knob_and_a_fixed_parameter_may_not_share_a_name():
         s.add(decl, 10, space=ConfigSpace({"wg": (64, 256)}, {"wg": 256}), fixed={"wg": 128})
     impl = s.add(decl, 10, space=ConfigSpace({"wg": (64, 256)}, {"wg": 256}), fixed={"n": 3})
     assert impl.template_params("main", impl.space.default) == {"n": 3, "wg": 256}
+
+
+def test_a_space_chooses_a_costly_default_when_first_read():
+    """A default given as a function is chosen when first read, once, and checked then: on
+    CUDA conv2d's direct kernel ranks first, so the fused Winograd defaults' search (about two
+    seconds a shape) never runs for a compile that does not reach them."""
+    from gpucg.space import ConfigSpace
+
+    calls = []
+
+    def choose():
+        calls.append(1)
+        return {"a": 2}
+
+    space = ConfigSpace({"a": (1, 2)}, choose)
+    assert not calls
+    assert space.default == {"a": 2} and space.default == {"a": 2} and calls == [1]
+    with pytest.raises(gpucg.InputError, match="not allowed"):
+        ConfigSpace({"a": (1, 2)}, lambda: {"a": 3}).default
+    from gpucg.strategies import conv2d_fused
+
+    searched = conv2d_fused.default_for.cache_info().misses
+    sel = gpucg.explain("conv2d", gpucg.tensor((7, 64, 56, 56)), gpucg.tensor((64, 64, 3, 3)),
+                        padding=1, target="cuda")
+    assert sel.choices[0].impl.name == "direct.cuda"
+    assert any(c.name.startswith("winograd_fused") for c in sel.candidates)
+    assert conv2d_fused.default_for.cache_info().misses == searched

@@ -125,7 +125,10 @@ def space(m: int, nchw: bool, call: "Call | None" = None, limit: int = LOCAL_BYT
     """The fused kernel's tiles for F(m x m, 3 x 3) with ``limit`` bytes of local memory a
     work-group; the default the one that moves the fewest bytes on ``call`` (``pick``:
     :func:`default_for`, in the data layout ``nchw``), else DEFAULTS[m]."""
-    default = default_for(m, nchw, call, limit) if pick and call is not None else DEFAULTS[m]
+    # the search for the default runs only when selection reaches the implementation (on CUDA
+    # direct ranks above it: a conv2d compile skips the search there)
+    default = (lambda: default_for(m, nchw, call, limit)) if pick and call is not None \
+        else DEFAULTS[m]
     return ConfigSpace(KNOBS, default, constraint=lambda c: fits(c, m, call, limit),
                        added={"om": 1})  # configs older than om: one pass
 
