@@ -43,10 +43,12 @@ def launch_checker(backend) -> Callable | None:
     if not checks:
         return None
 
+    # which checks take the launch's dynamic local bytes, looked up once, not per launch
+    takes_shared = [(c, "shared" in inspect.signature(c).parameters) for c in checks]
+
     def check(program, key, grid, block, shared=0):
-        for c in checks:
-            more = {"shared": shared} if "shared" in inspect.signature(c).parameters else {}
-            reason = c(backend, program, key, grid, block, **more)
+        for c, takes in takes_shared:
+            reason = c(backend, program, key, grid, block, **({"shared": shared} if takes else {}))
             if reason:
                 raise Dropped(f"kernel {key}: {reason}")
     return check

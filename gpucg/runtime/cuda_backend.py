@@ -45,10 +45,7 @@ class CudaProgram(Program):
             if events is not None:  # kernel_time(): events tight around the launch
                 start, end = self.backend.cupy.cuda.Event(), self.backend.cupy.cuda.Event()
                 start.record()
-            if shared:
-                self.function((grid,), (block,), args, shared_mem=shared)
-            else:
-                self.function((grid,), (block,), args)
+            self.function((grid,), (block,), args, shared_mem=shared)
             if events is not None:
                 end.record()
                 events.append((start, end))
