@@ -44,13 +44,16 @@ def test_keys_differ_by_every_part():
     assert len(keys) == 4
 
 
-def test_opencl_rebuilds_from_corrupted_disk_entry(tmp_path):
+def test_opencl_rebuilds_from_corrupted_disk_entry(tmp_path, monkeypatch):
     from conftest import backend_or_skip
 
     backend_or_skip("opencl")
     from gpucg.runtime import get_backend
 
     be = get_backend("opencl")
+    # PoCL's binaries stay out of gpucg's cache (test_pocl_binaries_stay_in_pocls_cache): the
+    # path under test is a driver's whose binaries it keeps
+    monkeypatch.setattr(be, "keeps_binaries", True)
     src = "__kernel void gpucg_cache_probe(__global float* a) { a[get_global_id(0)] *= 3.0f; }"
     with settings.scope(GPUCG_CACHE_DIR=str(tmp_path)):
         be.clear_memory_cache()
@@ -66,6 +69,37 @@ def test_opencl_rebuilds_from_corrupted_disk_entry(tmp_path):
         hits = gpucg.stats()["disk_hits"]
         prog = be.compile(src, "gpucg_cache_probe")
         assert gpucg.stats()["disk_hits"] == hits + 1
+    a = be.to_device(np.ones(8, np.float32))
+    prog(a, grid=1, block=8)
+    np.testing.assert_array_equal(be.to_host(a), np.full(8, 3, np.float32))
+
+
+def test_pocl_binaries_stay_in_pocls_cache(tmp_path, monkeypatch):
+    """PoCL keeps its own cache by source; asking it for a binary would compile each kernel
+    once more (for an open work-group size), so gpucg neither asks nor stores one there."""
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    from gpucg.runtime import get_backend
+    from gpucg.runtime.opencl_backend import _keeps_binaries
+
+    class Platform:
+        name = "Portable Computing Language"
+
+    assert not _keeps_binaries(Platform)
+    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
+    assert _keeps_binaries(Platform)
+    Platform.name = "NVIDIA CUDA"
+    assert _keeps_binaries(Platform)
+    be = get_backend("opencl")
+    if "portable computing language" not in be.platform.name.lower():
+        pytest.skip(f"the OpenCL platform here is {be.platform.name!r}, not PoCL")
+    src = "__kernel void gpucg_cache_probe2(__global float* a) { a[get_global_id(0)] += 2.0f; }"
+    with settings.scope(GPUCG_CACHE_DIR=str(tmp_path)):
+        be.clear_memory_cache()
+        prog = be.compile(src, "gpucg_cache_probe2")
+    assert not be.keeps_binaries
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
     a = be.to_device(np.ones(8, np.float32))
     prog(a, grid=1, block=8)
     np.testing.assert_array_equal(be.to_host(a), np.full(8, 3, np.float32))

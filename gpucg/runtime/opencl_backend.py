@@ -9,6 +9,7 @@ results come back mapped (``to_host``) instead of copied into fresh host memory.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 
@@ -70,6 +71,16 @@ def vector_align(source: str) -> int:
     sizes = [_SIZES[base.lstrip("u")] * (4 if n == "3" else int(n))
              for base, n in _VECTOR.findall(_COMMENT.sub("", source))]
     return max(sizes, default=1)
+
+
+def _keeps_binaries(platform) -> bool:
+    """Whether gpucg's disk cache keeps this platform's program binaries. Not PoCL's while its
+    own kernel cache is on (POCL_KERNEL_CACHE, on unless 0): PoCL already keeps each program
+    by its source, and asking it for a binary compiles every kernel of the program once more,
+    for a work-group size left open, besides the sizes launches specialize it for (the suite's
+    cold PoCL cache held 2446 such extra kernels, each 0.15-0.5 s of LLVM on this machine)."""
+    pocl = "portable computing language" in platform.name.lower()
+    return not (pocl and os.environ.get("POCL_KERNEL_CACHE", "1") != "0")
 
 
 class OpenCLProgram(Program):
@@ -170,6 +181,7 @@ class OpenCLBackend(Backend):
                     ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
                 self.device_type = "gpu" if device.type & cl.device_type.GPU else "cpu"
                 self.shares_host = self.device_type == "cpu" or _unified(device)
+                self.keeps_binaries = _keeps_binaries(platform)
                 self._ready = True
                 if failures:
                     log.info("skipped OpenCL devices that cannot compile: %s", "; ".join(failures))
@@ -220,7 +232,7 @@ class OpenCLBackend(Backend):
             stats.bump("memory_hits")
             return prog
         built = None
-        binary = self._disk.get(key)
+        binary = self._disk.get(key) if self.keeps_binaries else None
         if binary is not None:
             try:
                 built = cl._cl._Program(self.context, [self.device], [binary])
@@ -241,12 +253,13 @@ class OpenCLBackend(Backend):
                 raise CompileError(f"OpenCL compile of {entry} failed on {self.device.name.strip()}",
                                    source, options, blog) from None
             stats.bump("compiles")
-            try:
-                binaries = built.get_info(cl.program_info.BINARIES)
-                if binaries and binaries[0]:
-                    self._disk.put(key, bytes(binaries[0]))
-            except cl.Error:
-                pass
+            if self.keeps_binaries:
+                try:
+                    binaries = built.get_info(cl.program_info.BINARIES)
+                    if binaries and binaries[0]:
+                        self._disk.put(key, bytes(binaries[0]))
+                except cl.Error:
+                    pass
         prog = OpenCLProgram(self, cl.Kernel(built, entry), entry, vector_align(source))
         self._programs[key + entry] = prog
         return prog
