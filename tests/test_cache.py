@@ -81,16 +81,12 @@ def test_pocl_binaries_stay_in_pocls_cache(tmp_path, monkeypatch):
 
     backend_or_skip("opencl")
     from gpucg.runtime import get_backend
-    from gpucg.runtime.opencl_backend import _keeps_binaries
+    from gpucg.runtime.cache import keeps_own_binaries
 
-    class Platform:
-        name = "Portable Computing Language"
-
-    assert not _keeps_binaries(Platform)
+    assert keeps_own_binaries("Portable Computing Language")
+    assert not keeps_own_binaries("NVIDIA CUDA")
     monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
-    assert _keeps_binaries(Platform)
-    Platform.name = "NVIDIA CUDA"
-    assert _keeps_binaries(Platform)
+    assert not keeps_own_binaries("Portable Computing Language")
     be = get_backend("opencl")
     if "portable computing language" not in be.platform.name.lower():
         pytest.skip(f"the OpenCL platform here is {be.platform.name!r}, not PoCL")

@@ -30,6 +30,15 @@ def cache_key(*parts) -> str:
     return h.hexdigest()
 
 
+def keeps_own_binaries(platform: str) -> bool:
+    """Whether an OpenCL platform keeps its own binaries, so that gpucg's cache keeps none of
+    its: PoCL, while its cache (by source) is on. Asking PoCL for a binary would compile each
+    kernel once more, for an open work-group size (2446 kernels of 0.15-0.5 s of LLVM each in
+    the test suite's cold cache)."""
+    pocl = "portable computing language" in platform.lower()
+    return pocl and os.environ.get("POCL_KERNEL_CACHE", "1") != "0"
+
+
 class DiskCache:
     """A directory of verified binary entries."""
 

@@ -9,7 +9,6 @@ results come back mapped (``to_host``) instead of copied into fresh host memory.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 
@@ -20,7 +19,7 @@ from ..codegen import OPENCL
 from ..errors import CompileError, InputError, LaunchError, TargetUnavailableError
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
-from .cache import DiskCache, cache_key
+from .cache import DiskCache, cache_key, keeps_own_binaries
 from .opencl_gather import GATHER_WG, UNITS, gather_source
 
 log = logging.getLogger("gpucg.runtime")
@@ -73,16 +72,6 @@ def vector_align(source: str) -> int:
     return max(sizes, default=1)
 
 
-def _keeps_binaries(platform) -> bool:
-    """Whether gpucg's disk cache keeps this platform's program binaries. Not PoCL's while its
-    own kernel cache is on (POCL_KERNEL_CACHE, on unless 0): PoCL already keeps each program
-    by its source, and asking it for a binary compiles every kernel of the program once more,
-    for a work-group size left open, besides the sizes launches specialize it for (the suite's
-    cold PoCL cache held 2446 such extra kernels, each 0.15-0.5 s of LLVM on this machine)."""
-    pocl = "portable computing language" in platform.name.lower()
-    return not (pocl and os.environ.get("POCL_KERNEL_CACHE", "1") != "0")
-
-
 class OpenCLProgram(Program):
     def __init__(self, backend: "OpenCLBackend", kernel, entry: str, align: int = 1):
         self.backend = backend
@@ -115,7 +104,6 @@ class OpenCLProgram(Program):
         except cl.Error as exc:
             raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
                               f"failed: {exc}") from None
-
 
     def static_local(self) -> int:
         """The kernel's static local memory in bytes (asked once, before any launch sets a
@@ -181,7 +169,7 @@ class OpenCLBackend(Backend):
                     ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
                 self.device_type = "gpu" if device.type & cl.device_type.GPU else "cpu"
                 self.shares_host = self.device_type == "cpu" or _unified(device)
-                self.keeps_binaries = _keeps_binaries(platform)
+                self.keeps_binaries = not keeps_own_binaries(platform.name)
                 self._ready = True
                 if failures:
                     log.info("skipped OpenCL devices that cannot compile: %s", "; ".join(failures))
