@@ -315,7 +315,7 @@ def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
     from gpucg.verify import nvrtc
 
     m, n, k, b = (gpucg.var(s) for s in "mnkb")
-    count = 0
+    sources = {}
     for dtype in ("float16", "float32", "float64"):
         t = lambda *s: gpucg.tensor(s, dtype)  # noqa: E731
         calls = [("dense", [t(m, k), t(n, k), t(n), t(m, n)],
@@ -332,10 +332,12 @@ def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
                                                                          alpha=0.125))]
         for op, types, attrs in calls:
             f = gpucg.compile(op, *types, target="cuda -arch=sm_90", **attrs)
-            for key, src in f.sources.items():
-                assert ".entry" in nvrtc.compile_to_ptx(src, "sm_90"), key
-                count += 1
-    assert count >= 60
+            sources.update({src: f"{op} {dtype} {key}" for key, src in f.sources.items()})
+    keys = list(sources.values())
+    for arch in ("sm_80", "sm_90"):
+        failures = nvrtc.check_sources(list(sources), arch)
+        assert not failures, [(keys[i], exc.log) for i, exc in failures[:3]]
+    assert len(sources) >= 60
 
 
 GEMV_OCLGRIND = """
