@@ -44,7 +44,8 @@ torch-cpu: $(PY)
 
 # The suite in TEST_WORKERS pytest-xdist processes, one a core on the 2-core CI machine
 # (`make test TEST_WORKERS=0` runs it in one process, `auto` on every core); each worker compiles
-# its share of the end-of-session NVRTC pass and keeps its own PoCL cache.
+# its share of the end-of-session NVRTC pass (tests/nvrtc_pass.py: the worker done first takes
+# over what the other has rendered) and keeps its own PoCL cache.
 TEST_WORKERS ?= 2
 test: $(PY) opencl-runtime oclgrind
 	$(PY) -m pip install -q -e ".[test]"
