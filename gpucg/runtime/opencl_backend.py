@@ -123,6 +123,7 @@ class OpenCLBackend(Backend):
         self._ready = False
         self._reason = ""
         self.shares_host = False
+        self.keeps_binaries = True  # whether the disk cache holds this platform's binaries
         self._programs: dict[str, OpenCLProgram] = {}
         self._disk = DiskCache(namespace="opencl")
 

@@ -239,7 +239,8 @@ def gpu_strategy(op: str):
         p = problem(op, inputs[0].shape, inputs[1].shape, attrs)
         common = params(op, attrs, inputs, outputs, dialect_for(target.backend))
         acc_bytes = 8 if common["acc_t"] == "double" else 4
-        vector = not common["half"]
+        half = bool(common["half"])
+        vector = not half
         info = GemmInfo(op, merge_batch(p), SPLITK_GROUPS["cpu" if target.on_cpu else "gpu"])
         m, n, k, nb = (sympy.sympify(v) for v in (p.m, p.n, p.k, p.nb))
         mr = max(int(m), 1) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
@@ -247,7 +248,6 @@ def gpu_strategy(op: str):
         gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
                        target, GEMV_MAX_M)
         gemv_vector = p.a_k_major and p.b_k_major
-        half = bool(common["half"])
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, fixed=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu,
                                target.kind == "cuda", half),

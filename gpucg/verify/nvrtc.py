@@ -64,12 +64,16 @@ def _compile(source: str, arch_option: str, options: tuple, name: str, arch: str
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def _virtual(arch: str) -> str:
+    """NVRTC's option for PTX of ``arch``'s virtual architecture (sm_90 -> compute_90)."""
+    return f"--gpu-architecture=compute_{arch.removeprefix('sm_')}"
+
+
 @functools.lru_cache(maxsize=4096)
 def compile_to_ptx(source: str, arch: str = "sm_90", options: tuple = DEFAULT_OPTIONS,
                    name: str = "kernel.cu") -> str:
     """PTX for ``source`` on ``arch`` (``sm_80``...), or CompileError with NVRTC's log."""
-    ptx, _ = _compile(source, f"--gpu-architecture=compute_{arch.removeprefix('sm_')}",
-                      tuple(options), name, arch, binary=False)
+    ptx, _ = _compile(source, _virtual(arch), tuple(options), name, arch, binary=False)
     return ptx.decode(errors="replace").rstrip("\x00")
 
 
@@ -89,6 +93,7 @@ def compile_to_cubin(source: str, arch: str = "sm_90", options: tuple = DEFAULT_
 _ENTRY = 'extern "C" __global__'
 
 
+@functools.lru_cache(maxsize=1)
 def check_options() -> tuple:
     """The options check_sources compiles with: DEFAULT_OPTIONS, plus ``--Ofast-compile=max``
     where NVRTC has it (12.8 on). That keeps the front end and PTX emission whole and drops most
@@ -112,10 +117,10 @@ def check_sources(sources: list[str], arch: str = "sm_90",
     entry name, do not collide). Nothing leaks between units but the preprocessor, so a source
     with a ``#define`` or ``#include`` is compiled alone; a batch that fails, or whose PTX has
     fewer entries than its sources declare, is compiled again source by source, so every
-    failure names its own source with its own log.
+    failure names its own source with its own log (a source alone that compiles to fewer
+    entries than it declares fails too).
     """
-    options = check_options()
-    arch_option = f"--gpu-architecture=compute_{arch.removeprefix('sm_')}"
+    options, arch_option = check_options(), _virtual(arch)
     failures: list[tuple[int, CompileError]] = []
     alone = [i for i, s in enumerate(sources) if "#define" in s or "#include" in s]
     together = [i for i in range(len(sources)) if i not in set(alone)]
@@ -133,7 +138,14 @@ def check_sources(sources: list[str], arch: str = "sm_90",
         alone += group
     for i in sorted(alone):
         try:
-            _compile(sources[i], arch_option, options, "kernel.cu", arch, binary=False)
+            ptx = _compile(sources[i], arch_option, options, "kernel.cu", arch,
+                           binary=False)[0].decode(errors="replace")
         except CompileError as exc:
             failures.append((i, exc))
+            continue
+        kernels = sources[i].count(_ENTRY)
+        if ptx.count(".entry ") < kernels:
+            failures.append((i, CompileError(
+                f"NVRTC emitted {ptx.count('.entry ')} entries for {arch}, the source declares "
+                f"{kernels} kernels", sources[i], (arch_option, *options), ptx[-2000:])))
     return failures
