@@ -223,7 +223,7 @@ def test_norm_traffic_figures():
 def test_half_gemv_reads_eight_at_a_time(dtype):
     """The small-M GEMM's 16-bit vector path (vw = 8, the GPU default) on PoCL against float64:
     rows of K a multiple of 8 (128-bit loads) and not (the scalar path), every m up to 16, a
-    bias and gelu epilogue, and an offset view, which takes vw = 1."""
+    bias and relu epilogue, and an offset view, which takes vw = 1."""
     backend_or_skip("opencl")
     from gpucg.half import numpy_dtype
     from gpucg.runtime import get_backend
