@@ -191,6 +191,26 @@ def test_every_opencl_implementation_and_the_wide_variants(device):
     assert ran == {"topk_warp", "topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
 
 
+@pytest.mark.parametrize("impl", ["sort_bitonic", "sort_merge"])
+def test_block_sorts_run_to_their_rows_span(impl):
+    """A block sorts only its first span pairs (its length rounded up to a power of two):
+    rows of every length near a power of two, and sort_merge's last, partial blocks, against
+    NumPy's stable argsort, with ties and the special values."""
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    rng = np.random.default_rng(12)
+    lengths = [1, 2, 3, 4, 5, 63, 64, 65, 1023, 2049, 4095, 4096]
+    if impl == "sort_merge":
+        lengths += [4097, 4096 + 63, 3 * 4096 + 2]
+    for n in lengths:
+        for ties in (False, True):
+            x = make((3, n), "float32", rng, ties=ties)
+            f = gpucg.compile("argsort", gpucg.tensor(x.shape, "float32"),
+                              target="opencl -device=gpu", impl=impl)
+            same(f(x), reference("argsort", x))
+
+
 # -- selection and dispatch -------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape,k,want", [
