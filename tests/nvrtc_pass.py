@@ -4,7 +4,7 @@ the session renders is compiled for sm_80 and sm_90; a failure fails the run.
 The work is shared through a pool directory, one per run in the temp directory: a process
 writes each CUDA source it renders there once (``src/<sha256>``: the entry name, a newline,
 the source), and every (source, arch) that NVRTC compiled already, by a test with the default
-options or by the pass, has a claim file (``claims/<arch>-<sha256>``, made with O_EXCL). At its
+or the check options (nvrtc.check_options) or by the pass, has a claim file (``claims/<arch>-<sha256>``, made with O_EXCL). At its
 end a process takes the unclaimed pairs of the pool 48 at a time (nvrtc.check_sources) until
 none is left. Under pytest-xdist (``-n 2``, what `make test` runs) the worker that finishes
 its tests first so compiles what both have rendered while the other still runs tests, and the
@@ -75,7 +75,7 @@ def _recording(compile_fn):
     def wrapper(source, arch="sm_90", options=nvrtc.DEFAULT_OPTIONS, *args, **kwargs):
         out = compile_fn(source, arch, options, *args, **kwargs)
         # a CUBIN for sm_XY goes through the same front end as PTX for compute_XY, then ptxas
-        if tuple(options) == nvrtc.DEFAULT_OPTIONS:
+        if tuple(options) in (nvrtc.DEFAULT_OPTIONS, nvrtc.check_options()):
             _mark(source, arch)
         return out
     return wrapper

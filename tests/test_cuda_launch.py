@@ -114,6 +114,29 @@ def test_ptx_parameters_and_the_signature():
         kernel_params(src, "other", ptx)
 
 
+@pytest.mark.parametrize("op,shape", [("softmax", (2, 40009)), ("log_softmax", (3, 70001)),
+                                      ("conv2d", None), ("cumsum", (1, 100000))])
+def test_standins_quick_ptx_keeps_entries_and_never_undercounts_shared(nvrtc_or_skip, op, shape):
+    """The stand-in compiles with nvrtc.check_options: each launched kernel's entry parameters
+    equal an optimized compile's, and its static shared memory is at least theirs (the quick
+    compile may keep a dead __shared__ array: norm_split's apply kernels do), so the limits
+    checks never pass what an optimized kernel would fail."""
+    from gpucg.verify.cupy_standin import ptx_static_shared
+
+    inputs = ((gpucg.tensor((2, 16, 14, 14), "float16"), gpucg.tensor((32, 16, 3, 3), "float16"))
+              if shape is None else (gpucg.tensor(shape, "float32"),))
+    cupy = StandInCupy("sm_90")
+    with use_backend("cuda", CudaBackend(cupy=cupy)):
+        f = gpucg.compile(op, *inputs, target="cuda", **({"padding": 1} if shape is None else {}))
+        f(*(cupy.empty(t.shape, t.dtype) for t in inputs))
+    assert cupy.launches
+    for ln in {(ln.entry, ln.source): ln for ln in cupy.launches}.values():
+        quick = nvrtc.compile_to_ptx(ln.source, "sm_90", nvrtc.check_options(ln.options))
+        full = nvrtc.compile_to_ptx(ln.source, "sm_90", ln.options)
+        assert ptx_entry_params(quick, ln.entry) == ptx_entry_params(full, ln.entry) is not None
+        assert ptx_static_shared(quick) >= ptx_static_shared(full), ln.entry
+
+
 # -- the backend's own logic, without a driver -----------------------------------------------
 
 def test_device_properties_and_status():
