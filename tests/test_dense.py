@@ -366,3 +366,28 @@ def test_gemv_shuffles_under_oclgrind(oclgrind_or_skip, tmp_path):
     done, reports = under_oclgrind(GEMV_OCLGRIND, tmp_path)
     assert max(json.loads(done.stdout.strip().splitlines()[-1])) < 1e-4
     assert not reports, "\n\n".join(r.text for r in reports)
+
+
+@pytest.mark.parametrize("m,n,dtype,tile", [
+    (3, 9, "float64", (16, 32)),     # 64 x 64 of padding cut to the smallest tile that covers it
+    (16, 4096, "float32", (16, 64)),  # rows cut, columns kept
+    (40, 100, "float32", (64, 64)),   # neither half covers: the default stays
+])
+def test_split_k_tile_fits_a_small_output(m, n, dtype, tile):
+    """gemm_splitk runs where the outputs are few: its default tile halves bm, then bn, while
+    the half still covers the output (down to the space's 16 x 32), so less of each K slice
+    is spent on padding; it matches NumPy on PoCL forced with that default."""
+    a, b = gpucg.tensor((m, 2049), dtype), gpucg.tensor((n, 2049), dtype)
+    f = gpucg.compile("dense", a, b, target="cuda", impl="gemm_splitk")
+    c = f.selection.choices[0].config
+    assert (c["bm"], c["bn"]) == tile, dict(c)
+    assert c["bm"] * c["bn"] // (c["tm"] * c["tn"]) >= 16
+    from conftest import backend_or_skip
+
+    backend_or_skip("opencl")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((m, 2049)).astype(dtype)
+    w = rng.standard_normal((n, 2049)).astype(dtype)
+    g = gpucg.compile("dense", a, b, target="opencl -device=gpu", impl="gemm_splitk")
+    assert g.selection.choices[0].config == c
+    close(g(x, w), want_dense(x, w), dtype, np.abs(x) @ np.abs(w).T)

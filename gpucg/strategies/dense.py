@@ -261,7 +261,12 @@ def gpu_strategy(op: str):
         # vw > 1 loads both operands vw at a time (where their rows allow: the kernel checks
         # the lengths), so both addresses must be aligned to a vector (the dispatcher checks)
         needs = vector_needs({0: True, 1: True}, acc_bytes) if vector else None
-        s.add(GEMM_SPLITK, 14, info=info, fixed=common, space=tile, needs=needs,
+        # split-K runs where the outputs are few: its tile shrinks to them (GPUs; a 3 x 9
+        # product ran a 64 x 64 tile in each of its K slices)
+        small = (int(m), int(n)) if not target.on_cpu and m.is_Integer and n.is_Integer else None
+        split_tile = tile if small is None else gemm_space(
+            int(m), target.on_cpu, vector, acc_bytes, default=default, output=small)
+        s.add(GEMM_SPLITK, 14, info=info, fixed=common, space=split_tile, needs=needs,
               condition=sympy.And(nb * m * n <= SPLITK_MAX_MN, k >= SPLITK_MIN_K))
         s.add(GEMM_TILED, 10, info=info, fixed=common, space=tile, needs=needs)
         return s

@@ -40,7 +40,7 @@ PLAIN = {"vw": 1, "double_buffer": False, "conflict_free": True}
 
 def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
                default: dict | None = None, loads: bool = True,
-               added: dict | None = None) -> ConfigSpace:
+               added: dict | None = None, output: tuple | None = None) -> ConfigSpace:
     """Tiles of the GEMM: bm x bn outputs a work-group, tm x tn a work-item, bk of K a step,
     and with ``loads`` vw consecutive elements a load (vector loads where the kernel has them:
     ``vector``), double_buffer double buffering of the local tiles and conflict_free the conflict-free local layouts
@@ -50,7 +50,10 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
 
     The default is wider than tall when the product has few rows (``m_rows``, an int or None
     when unknown); ``default`` overrides it. ``added``: the knob values configs recorded
-    before the knob existed stand for (ConfigSpace).
+    before the knob existed stand for (ConfigSpace). ``output``: (m, n), known, of a product
+    whose every output fits a few tiles (split-K): the default's bm, then bn, halve while the
+    half still covers m (n) and the tile stays in the space (bm >= 16, bn >= 32), so that
+    less of each K slice is spent on padding.
     """
     def ok(c):
         wg, vw = work_group(c), c.get("vw", 1)
@@ -73,6 +76,12 @@ def gemm_space(m_rows, on_cpu: bool, vector: bool = False, acc_bytes: int = 4,
         if not ok(thinner):
             break
         default = thinner
+    for dim, extent in zip(("bm", "bn"), output or ()):
+        while default[dim] // 2 >= extent:
+            smaller = dict(default, **{dim: default[dim] // 2})
+            if smaller[dim] < (16 if dim == "bm" else 32) or not ok(smaller):
+                break
+            default = smaller
     knobs = {"bm": (16, 32, 64, 128), "bn": (32, 64, 128, 256), "bk": (8, 16, 32),
              "tm": (1, 2, 4, 8), "tn": (2, 4, 8)}
     if loads:
