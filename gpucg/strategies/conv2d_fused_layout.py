@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ..codegen.tile_layout import phase_wavefronts
+import numpy as np
+
+from ..codegen.tile_layout import BANKS
 from ..runtime.base import ceil_div
 from .gemm_tile import LOCAL_BYTES
 
@@ -52,60 +54,82 @@ class Layout:
         return 4 * self.words(config), 0
 
 
-def requests(config, m: int, nchw: bool, lay: "Layout | None" = None, which=None) -> list:
-    """Per-lane byte addresses of each local-memory request of the kernel, for every warp of
-    the work-group's first pass (what gpucg.verify.banks.report takes); ``which``: only the
-    requests whose names start with one of these."""
-    lay = lay or layout(config, m, nchw)
+def _request_words(config, m: int, nchw: bool, lay: "Layout", which=None) -> list:
+    """(name, words, ok) of each local-memory request kind of the work-group's first pass,
+    every warp at once: ``words`` the 4-byte word each lane touches, ``ok`` whether it makes
+    the access, both (warps, 32) arrays (the last warp's lanes past the work-group included);
+    ``which``: only the kinds whose names start with one of these."""
     bm, bk, tm, tn = config["bm"], config["bk"], config["tm"], config["tn"]
     kc = lay.kc or bk
     bth, btw = config["bth"], config["btw"]
     bn, alpha, rw = bth * btw, m + 2, lay.r * lay.qs
     ty_n, tx_n, wg = bm // tm, bn // tn, work_group(config)
+    e = np.arange(ceil_div(wg, 32) * 32, dtype=np.int64).reshape(-1, 32)
     out = []
 
-    def slot_ok(w):
-        slot = w % lay.qs
-        return slot < m * lay.cq and (slot % lay.cq) * m + slot // lay.cq < lay.q
-    for w0 in range(0, wg, 32):
-        lanes = range(w0, w0 + 32)
+    def want(name):
+        return which is None or name.startswith(which)
 
-        def req(name, fn, ok):
-            if which is None or name.startswith(which):
-                out.append((name, tuple(4 * fn(e) if ok(e) else None for e in lanes), 4))
-        if nchw:
-            req("x region store", lambda e: e // rw * lay.xs + e % rw,
-                lambda e: e < kc * rw and slot_ok(e % rw))
-        else:
-            req("x region store", lambda e: e % kc * lay.xs + e // kc,
-                lambda e: e < kc * rw and slot_ok(e // kc))
-        req("U store", lambda e: (e % bk) * lay.us + e // bk, lambda e: e < bm * bk)
+    def req(name, words, ok):
+        out.append((name, words, ok if isinstance(ok, np.ndarray) else np.full(e.shape, ok)))
+    if want("x region store"):
+        w = e % rw if nchw else e // kc
+        slot = w % lay.qs
+        ok = (e < kc * rw) & (slot < m * lay.cq) & ((slot % lay.cq) * m + slot // lay.cq < lay.q)
+        req("x region store", e // rw * lay.xs + e % rw if nchw else e % kc * lay.xs + e // kc, ok)
+    if want("U store"):
+        req("U store", (e % bk) * lay.us + e // bk, e < bm * bk)
+    if want("patch read"):
+        kk, row, col, ok = e // bn, e % bn // btw * m, e % bn % btw * m, e < bk * bn
+        # x_word is a sum of a (channel, row) part and a column part: each computed alpha times
+        rows = [lay.x_word(kk, row + i, 0) for i in range(alpha)]
+        cols = [lay.x_word(0, 0, col + j) for j in range(alpha)]
         for i in range(alpha):
             for j in range(alpha):
-                req("patch read", lambda e: lay.x_word(e // bn, e % bn // btw * m + i,
-                                                       e % bn % btw * m + j),
-                    lambda e: e < bk * bn)
-        req("V store", lambda e: (e // bn) * lay.vs + e % bn, lambda e: e < bk * bn)
+                req("patch read", rows[i] + cols[j], ok)
+    if want("V store"):
+        req("V store", (e // bn) * lay.vs + e % bn, e < bk * bn)
+    if want("U fragment read"):
         for i in range(tm):
-            req("U fragment read", lambda e: e // tx_n + i * ty_n, lambda e: True)
+            req("U fragment read", e // tx_n + i * ty_n, True)
+    if want("V fragment read"):
         for j in range(tn):
-            req("V fragment read", lambda e: e % tx_n + j * tx_n, lambda e: True)
+            req("V fragment read", e % tx_n + j * tx_n, True)
     return out
 
 
-def _extra(reqs) -> int:
+def requests(config, m: int, nchw: bool, lay: "Layout | None" = None, which=None) -> list:
+    """Per-lane byte addresses of each local-memory request of the kernel, for every warp of
+    the work-group's first pass (what gpucg.verify.banks.report takes); ``which``: only the
+    requests whose names start with one of these."""
+    kinds = _request_words(config, m, nchw, lay or layout(config, m, nchw), which)
+    warps = len(kinds[0][1]) if kinds else 0
+    return [(name, tuple(4 * int(x) if k else None for x, k in zip(words[w], ok[w])), 4)
+            for w in range(warps) for name, words, ok in kinds]
+
+
+def _extra(kinds) -> int:
     """Wavefronts over the ideal (one), summed over the requests (4-byte accesses of 32
-    lanes: one phase each)."""
-    return sum(phase_wavefronts([a // 4 for a in addresses if a is not None]) - 1
-               for _, addresses, _ in reqs if any(a is not None for a in addresses))
+    lanes: one phase each) of every warp that makes one: per bank, the distinct words."""
+    if not kinds:
+        return 0
+    words = np.concatenate([np.where(ok, w, -1) for _, w, ok in kinds])
+    words = words[(words >= 0).any(axis=1)]
+    words.sort(axis=1)
+    new = np.ones(words.shape, bool)
+    new[:, 1:] = words[:, 1:] != words[:, :-1]
+    rows, lanes = np.nonzero(new & (words >= 0))
+    per_bank = np.zeros((len(words), BANKS), np.int64)
+    np.add.at(per_bank, (rows, words[rows, lanes] % BANKS), 1)
+    return int((per_bank.max(axis=1, initial=0) - 1).sum())
 
 
 def cost(config, m: int, nchw: bool, lay: Layout, which=None) -> tuple[int, int]:
     """Extra wavefronts of the requests (``which``) a work-group makes every step, and of
     those it makes once: the region's store where om > 1 (it holds every channel)."""
-    reqs = requests(config, m, nchw, lay, which)
-    once = [r for r in reqs if config.get("om", 1) > 1 and r[0] == "x region store"]
-    return _extra([r for r in reqs if r not in once]), _extra(once)
+    kinds = _request_words(config, m, nchw, lay, which)
+    once = [k for k in kinds if config.get("om", 1) > 1 and k[0] == "x region store"]
+    return _extra([k for k in kinds if not any(k is o for o in once)]), _extra(once)
 
 
 #: each padding, the requests it moves
