@@ -450,3 +450,18 @@ def test_winograd_switches_to_64_bit_indexing_for_large_tiles(monkeypatch):
     # the weight transform ran with 32-bit indexing, the rest with 64-bit
     assert [p for p in f.programs if p[1] == "weight"] == [("winograd_4x4.opencl", "weight", "int32")]
     assert {p[2] for p in f.programs if p[1] != "weight"} == {"int64"}
+
+
+@pytest.mark.parametrize("shape,m,tile", [
+    ((2, 4, 17, 16), 4, (16, 64)),    # a 6 x 40 product per alpha^2 point: the tile fits it
+    ((2, 4, 17, 16), 2, (16, 256)),   # 6 x 144: no half of 256 covers 144
+    ((8, 6, 56, 56), 4, (16, 256)),   # 6 x 1568: the default
+])
+def test_unfused_winograd_tile_fits_a_small_product(shape, m, tile):
+    """On a GPU with static sizes the unfused Winograd products' default tile halves bm, then
+    bn, while the half still covers o x p (p: the batch's m x m tiles)."""
+    x, w = gpucg.tensor(shape), gpucg.tensor((6, shape[1], 3, 3))
+    sel = gpucg.explain("conv2d", x, w, padding=1, target="opencl -device=gpu", records=False,
+                        impl=f"winograd_{m}x{m}")
+    c = sel.choices[0].config
+    assert (c["bm"], c["bn"]) == tile, dict(c)

@@ -227,6 +227,18 @@ def common_params(attrs: Conv2dAttrs, geo, data_dtype: str, out_dtype: str, inpu
                 DW=attrs.dilation[1])
 
 
+def winograd_space(geo: Geometry, m: int, on_cpu: bool) -> ConfigSpace:
+    """The tile space of the unfused Winograd products (o x p GEMMs, p the batch's m x m
+    tiles); on a GPU with static sizes the default fits a small product (gemm_space's
+    ``output``): a 6 x 40 product ran 16 x 256 tiles, alpha^2 of them."""
+    sizes = [sympy.sympify(v) for v in (geo.o, geo.n, geo.oh, geo.ow)]
+    output = None
+    if not on_cpu and all(v.is_Integer for v in sizes):
+        o, n, oh, ow = (int(v) for v in sizes)
+        output = (o, n * ceil_div(oh, m) * ceil_div(ow, m))
+    return gemm_space(geo.o, on_cpu, loads=False, output=output)
+
+
 def winograd_params(common: dict, m: int, on_cpu: bool) -> dict:
     """The Winograd kernels' parameters: the tile, the unrolled transforms, the work-group of
     the transform kernels."""
@@ -271,10 +283,9 @@ def gpu_strategy(attrs, inputs, outputs, target):
             s.add(conv2d_fused.FUSED[m, False], plevel, condition=big_out if m == 4 else None,
                   info=info, **conv2d_fused.offer(m, common["nchw"], call, target,
                                                   winograd_params(common, m, on_cpu)))
-        space = gemm_space(geo.o, on_cpu, loads=False)
-        s.add(WINOGRAD[4, True], u4, condition=big_out, space=space, info=info,
-              fixed=winograd_params(common, 4, on_cpu))
-        s.add(WINOGRAD[2, True], u2, space=space, info=info,
+        s.add(WINOGRAD[4, True], u4, condition=big_out, space=winograd_space(geo, 4, on_cpu),
+              info=info, fixed=winograd_params(common, 4, on_cpu))
+        s.add(WINOGRAD[2, True], u2, space=winograd_space(geo, 2, on_cpu), info=info,
               fixed=winograd_params(common, 2, on_cpu))
     else:
         for decl, plevel in ((conv2d_fused.FUSED[4, False], 15), (conv2d_fused.FUSED[2, False], 14),

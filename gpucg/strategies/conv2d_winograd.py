@@ -10,9 +10,9 @@ from ..ops.conv2d import epilogue, from_nchw, pads_for, to_nchw
 from ..ops.conv2d_winograd import OP, winograd_geometry, winograd_matrices
 from ..implementation import host_impl
 from ..strategy import Strategy, only
-from .conv2d import WINOGRAD, ConvInfo, acc_dtype, common_params, winograd_params
+from .conv2d import (WINOGRAD, ConvInfo, acc_dtype, common_params, winograd_params,
+                     winograd_space)
 from .conv2d_fused import FUSED, call_for, offer
-from .gemm_tile import gemm_space
 
 
 def numpy_winograd(data, u, bias, attrs, out_dtype) -> np.ndarray:
@@ -64,7 +64,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     s.add(FUSED[m, True], fused, info=ConvInfo(geo, conv),
           **offer(m, common["nchw"], call, target, winograd_params(common, m, target.on_cpu)))
     s.add(WINOGRAD[attrs.tile_size, False], unfused, info=ConvInfo(geo, conv),
-          space=gemm_space(geo.o, target.on_cpu, loads=False),
+          space=winograd_space(geo, attrs.tile_size, target.on_cpu),
           fixed=winograd_params(common, attrs.tile_size, target.on_cpu))
     return s
 
