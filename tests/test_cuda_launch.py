@@ -118,9 +118,9 @@ def test_ptx_parameters_and_the_signature():
                                       ("conv2d", None), ("cumsum", (1, 100000))])
 def test_standins_quick_ptx_keeps_entries_and_never_undercounts_shared(nvrtc_or_skip, op, shape):
     """The stand-in compiles with nvrtc.check_options: each launched kernel's entry parameters
-    equal an optimized compile's, and its static shared memory is at least theirs (the quick
-    compile may keep a dead __shared__ array: norm_split's apply kernels do), so the limits
-    checks never pass what an optimized kernel would fail."""
+    equal an optimized compile's, and its static shared memory is at least theirs (the
+    optimizer may drop a __shared__ array the quick compile keeps), so the limits checks never
+    pass what an optimized kernel would fail."""
     from gpucg.verify.cupy_standin import ptx_static_shared
 
     inputs = ((gpucg.tensor((2, 16, 14, 14), "float16"), gpucg.tensor((32, 16, 3, 3), "float16"))
@@ -135,6 +135,19 @@ def test_standins_quick_ptx_keeps_entries_and_never_undercounts_shared(nvrtc_or_
         full = nvrtc.compile_to_ptx(ln.source, "sm_90", ln.options)
         assert ptx_entry_params(quick, ln.entry) == ptx_entry_params(full, ln.entry) is not None
         assert ptx_static_shared(quick) >= ptx_static_shared(full), ln.entry
+
+
+def test_static_shared_counts_arrays_and_scalars():
+    """norm_split's apply kernel as PTX spells it optimized (gstat[2] split into two scalars,
+    gskip a scalar) and quick (gstat an array): 12 bytes either way; the dynamic buffer is not
+    static."""
+    from gpucg.verify.cupy_standin import ptx_static_shared
+
+    full = ("\t.shared .align 4 .u32 _ZZ1kE5gskip;\n\t.shared .align 4 .f32 _ZZ1kE5gstat_$_0;\n"
+            "\t.shared .align 4 .f32 _ZZ1kE5gstat_$_1;\n\t.extern .shared .align 16 .b8 dyn[];\n")
+    quick = "\t.shared .align 4 .b8 _ZZ1kE5gstat[8];\n\t.shared .align 4 .u32 _ZZ1kE5gskip;\n"
+    assert ptx_static_shared(full) == ptx_static_shared(quick) == 12
+    assert ptx_static_shared("\t.shared .align 8 .f64 t[3];\n\tld.shared.u32 %r1, [gskip];") == 24
 
 
 # -- the backend's own logic, without a driver -----------------------------------------------

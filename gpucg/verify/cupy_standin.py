@@ -170,9 +170,11 @@ def check_args(entry: str, params: list[Param], args) -> None:
 
 
 def ptx_static_shared(ptx: str) -> int:
-    """Bytes of the static ``.shared`` arrays a PTX module declares (its kernels' __shared__)."""
-    return sum(int(n) * int(size) // 8 for size, n in re.findall(
-        r"\.shared\s+(?:\.align\s+\d+\s+)?\.[bfsu](\d+)\s+[\w$]+\[(\d+)\]", ptx))
+    """Bytes of the static ``.shared`` variables a PTX module declares (its kernels'
+    __shared__): arrays, and scalars (a ``__shared__ int``, or an array the optimizer split
+    into one scalar an element: ``gstat_$_0``); not the ``extern`` dynamic buffer."""
+    return sum(int(n or 1) * int(size) // 8 for size, n in re.findall(
+        r"\.shared\s+(?:\.align\s+\d+\s+)?\.[bfsu](\d+)\s+[\w$]+(?:\[(\d+)\])?\s*;", ptx))
 
 
 def check_geometry(entry: str, arch: str, grid, block, shared_mem: int, allowed: int = 0,
