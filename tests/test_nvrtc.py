@@ -141,25 +141,22 @@ def test_nvrtc_leaves_python_constants_alone(nvrtc_or_skip, tmp_path):
     from gpucg import procwatch
 
     res = procwatch.run([sys.executable, "-B", "-c", _SINGLETONS], cwd=tmp_path,
-                        env={**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")})
+                        env={**os.environ, "PYTHONPYCACHEPREFIX": str(tmp_path / "pyc"),
+                             "GPUCG_CACHE_DIR": str(tmp_path / "cache")})  # NVRTC runs
     assert res.returncode == 0, res.stderr[-2000:]
 
 
-def test_end_of_session_pass_shares_its_pool(nvrtc_or_skip, tmp_path):
-    """The pass (nvrtc_pass.py) compiles each unclaimed (source, arch) of the pool once, names
-    a failing source by its entry, and leaves what a test or another process claimed."""
-    import nvrtc_pass
+def test_cubins_compile_once(nvrtc_or_skip, tmp_path, monkeypatch):
+    """compile_to_cubin keeps (CUBIN, log) on disk, one entry per source, arch and options: a
+    second call reads the entry (here replaced, to tell it from a compile)."""
+    from gpucg.runtime.cache import DiskCache
 
-    (tmp_path / "src").mkdir()
-    (tmp_path / "claims").mkdir()
-    good = 'extern "C" __global__ void gpucg_good(float* x) { x[threadIdx.x] = 1.0f; }'
-    bad = 'extern "C" __global__ void gpucg_bad(float* x) { x[threadIdx.x] = undeclared; }'
-    done = 'extern "C" __global__ void gpucg_done(float* x) { x[0] = nope; }'
-    for entry, src in (("gpucg_good", good), ("gpucg_bad", bad), ("gpucg_done", done)):
-        (tmp_path / "src" / nvrtc_pass.digest_of(src)).write_text(f"{entry}\n{src}")
-    for arch in nvrtc_pass.ARCHS:  # claimed already (compiled by a test): not compiled again
-        assert nvrtc_pass.claim(tmp_path, arch, nvrtc_pass.digest_of(done))
-    failures, _ = nvrtc_pass.run_pass(tmp_path)
-    assert [f.split(":")[0] for f in failures] == ["gpucg_bad (sm_80)", "gpucg_bad (sm_90)"]
-    assert len(list((tmp_path / "claims").iterdir())) == 6
-    assert nvrtc_pass.run_pass(tmp_path)[0] == []  # everything is claimed now
+    monkeypatch.setenv("GPUCG_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] = 3.0f; }'
+    cubin, log = nvrtc.compile_to_cubin(src, "sm_80")
+    assert cubin.startswith(b"\x7fELF") and "Used" in log and "registers" in log
+    [entry] = [f for f in (tmp_path / "cubins").rglob("*") if f.is_file()]
+    DiskCache(namespace="cubins").put(entry.name, (6).to_bytes(4, "little") + b"cachedCUBIN")
+    assert nvrtc.compile_to_cubin(src, "sm_80") == (b"CUBIN", "cached")
+    assert nvrtc.compile_to_cubin(src, "sm_90")[0].startswith(b"\x7fELF")
+    assert len([f for f in (tmp_path / "cubins").rglob("*") if f.is_file()]) == 2

@@ -83,10 +83,25 @@ def compile_to_cubin(source: str, arch: str = "sm_90", options: tuple = DEFAULT_
 
     Compiling for ``sm_XY`` rather than ``compute_XY`` makes NVRTC run ptxas, the assembler
     that allocates registers; ``-Xptxas=-v`` puts its report (registers, shared memory, stack
-    frame, spill stores and loads per kernel) in NVRTC's log.
+    frame, spill stores and loads per kernel) in NVRTC's log. Cached on disk (gpucg's cache
+    directory, ``cubins``) by source, arch, options and NVRTC's version: the resources and the
+    SASS of a kernel, and each entry of a source, take one compile.
     """
-    return _compile(source, f"--gpu-architecture={arch}", (*options, "-Xptxas=-v"), name, arch,
-                    binary=True)
+    from ..runtime.cache import DiskCache, cache_key
+
+    ok, version = available()
+    key = cache_key("cubin", source, arch, tuple(options), name, version) if ok else None
+    disk = DiskCache(namespace="cubins")
+    blob = disk.get(key) if key else None
+    if blob is not None:  # the log's length, the log, the CUBIN
+        n = int.from_bytes(blob[:4], "little")
+        return blob[4 + n:], blob[4:4 + n].decode()
+    cubin, log = _compile(source, f"--gpu-architecture={arch}", (*options, "-Xptxas=-v"), name,
+                          arch, binary=True)
+    if key:
+        text = log.encode()
+        disk.put(key, len(text).to_bytes(4, "little") + text + cubin)
+    return cubin, log
 
 
 #: a kernel's declaration in gpucg's CUDA sources (the CUDA Dialect's ``kernel``)
