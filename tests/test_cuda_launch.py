@@ -119,7 +119,7 @@ def test_ptx_parameters_and_the_signature():
 def test_standins_quick_ptx_keeps_entries_and_never_undercounts_shared(nvrtc_or_skip, op, shape):
     """The stand-in compiles with nvrtc.check_options: each launched kernel's entry parameters
     equal an optimized compile's, and its static shared memory is at least theirs (the
-    optimizer may drop a __shared__ array the quick compile keeps), so the limits checks never
+    optimizer may drop a __shared__ variable the quick compile keeps), so the limits checks never
     pass what an optimized kernel would fail."""
     from gpucg.verify.cupy_standin import ptx_static_shared
 

@@ -127,9 +127,10 @@ def _extra(kinds) -> int:
 def cost(config, m: int, nchw: bool, lay: Layout, which=None) -> tuple[int, int]:
     """Extra wavefronts of the requests (``which``) a work-group makes every step, and of
     those it makes once: the region's store where om > 1 (it holds every channel)."""
+    held = config.get("om", 1) > 1
     kinds = _request_words(config, m, nchw, lay, which)
-    once = [k for k in kinds if config.get("om", 1) > 1 and k[0] == "x region store"]
-    return _extra([k for k in kinds if not any(k is o for o in once)]), _extra(once)
+    once = [k for k in kinds if held and k[0] == "x region store"]
+    return _extra([k for k in kinds if not (held and k[0] == "x region store")]), _extra(once)
 
 
 #: each padding, the requests it moves

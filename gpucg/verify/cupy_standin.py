@@ -320,7 +320,8 @@ class StandInCupy:
         with ``check``, NVRTC's PTX for the stand-in's arch, as JSON (a rejected source raises
         CompileException, as CuPy's does). The PTX is compiled with nvrtc.check_options: the
         same entries as an optimized compile, 2.4x sooner; its static shared memory may count
-        an array the optimizer would drop, never less, so the limits it checks only err strict."""
+        a variable the optimizer would drop (norm_split's gskip where it is constant), never
+        less, so the limits it checks only err strict."""
         ptx = None
         if self.check:
             try:

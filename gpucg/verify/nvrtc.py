@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from ..errors import BackendUnavailableError, CompileError
+from ..runtime.cache import DiskCache, cache_key
 
 DEFAULT_OPTIONS = ("-std=c++14",)
 
@@ -77,6 +78,10 @@ def compile_to_ptx(source: str, arch: str = "sm_90", options: tuple = DEFAULT_OP
     return ptx.decode(errors="replace").rstrip("\x00")
 
 
+#: (CUBIN, log) of compile_to_cubin, by source, arch, options and NVRTC's version
+_CUBINS = DiskCache(namespace="cubins")
+
+
 def compile_to_cubin(source: str, arch: str = "sm_90", options: tuple = DEFAULT_OPTIONS,
                      name: str = "kernel.cu") -> tuple[bytes, str]:
     """(CUBIN, ptxas's verbose report) for ``source`` on the real architecture ``arch``.
@@ -87,12 +92,9 @@ def compile_to_cubin(source: str, arch: str = "sm_90", options: tuple = DEFAULT_
     directory, ``cubins``) by source, arch, options and NVRTC's version: the resources and the
     SASS of a kernel, and each entry of a source, take one compile.
     """
-    from ..runtime.cache import DiskCache, cache_key
-
     ok, version = available()
     key = cache_key("cubin", source, arch, tuple(options), name, version) if ok else None
-    disk = DiskCache(namespace="cubins")
-    blob = disk.get(key) if key else None
+    blob = _CUBINS.get(key) if key else None
     if blob is not None:  # the log's length, the log, the CUBIN
         n = int.from_bytes(blob[:4], "little")
         return blob[4 + n:], blob[4:4 + n].decode()
@@ -100,7 +102,7 @@ def compile_to_cubin(source: str, arch: str = "sm_90", options: tuple = DEFAULT_
                           arch, binary=True)
     if key:
         text = log.encode()
-        disk.put(key, len(text).to_bytes(4, "little") + text + cubin)
+        _CUBINS.put(key, len(text).to_bytes(4, "little") + text + cubin)
     return cubin, log
 
 
@@ -121,7 +123,7 @@ def check_options(options: tuple = DEFAULT_OPTIONS) -> tuple:
     where NVRTC has it (12.8 on). That keeps the front end and PTX emission whole and drops most
     of the optimizer: 2.6x quicker a source (31.9 against 81.8 ms on the test machine), and
     what decides whether a source compiles is the same, as are the kernels' entries; a
-    ``__shared__`` array a kernel never reads may stay declared. Resources and SASS
+    ``__shared__`` variable the optimizer would fold away may stay declared. Resources and SASS
     (verify.resources, verify.sass) compile with the optimizer, as a launch does."""
     return (*options, *_fast_flags())
 

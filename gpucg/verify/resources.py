@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import re
 from dataclasses import dataclass
 
 from ..errors import CompileError, InputError
 from . import nvrtc
 from ..runtime import use_backend
-from ..runtime.cache import DiskCache, cache_key
 from ..runtime.cuda_backend import CudaBackend
 from .cupy_standin import StandInCupy
 from .occupancy import limits, max_block, occupancy
-
-_DISK = DiskCache(namespace="resources")
 
 
 @dataclass(frozen=True)
@@ -73,13 +69,9 @@ def parse_ptxas(log: str, arch: str) -> dict[str, KernelResources]:
 @functools.lru_cache(maxsize=8192)
 def kernel_resources(source: str, entry: str, arch: str = "sm_90",
                      options: tuple = nvrtc.DEFAULT_OPTIONS) -> KernelResources:
-    """ptxas's report of ``entry`` compiled for ``arch`` (cached in memory and on disk)."""
+    """ptxas's report of ``entry`` compiled for ``arch`` (cached in memory; the compile and
+    its log on disk, by nvrtc.compile_to_cubin)."""
     limits(arch)
-    ok, version = nvrtc.available()
-    key = cache_key("ptxas", source, entry, arch, tuple(options), version)
-    blob = _DISK.get(key)
-    if blob is not None:
-        return KernelResources(**json.loads(blob))
     try:
         _, log = nvrtc.compile_to_cubin(source, arch, tuple(options))
     except CompileError as exc:
@@ -92,7 +84,6 @@ def kernel_resources(source: str, entry: str, arch: str = "sm_90",
     found = parse_ptxas(log, arch)
     if entry not in found:
         raise InputError(f"ptxas reported no kernel {entry!r} for {arch}; its log:\n{log}")
-    _DISK.put(key, json.dumps(dataclasses.asdict(found[entry])).encode())
     return found[entry]
 
 
