@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .half import is_float
+from .half import is_float, numpy_dtype
 
 #: float tolerance, relative to the largest finite magnitude of the reference (at least 1)
 TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9}
@@ -43,8 +43,15 @@ def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | Non
             value = rng.uniform(*magnitude, size=shape)
             if signed:
                 value = value * rng.choice([-1.0, 1.0], size=shape)
-            out.append(value.astype(t.dtype))
+            out.append(value.astype(numpy_dtype(t.dtype)))
     return out
+
+
+def op_samples(op, input_types, rng: np.random.Generator, **kwargs) -> list[np.ndarray]:
+    """:func:`sample_inputs` for operator ``op`` (an OpDef), made valid by its ``samples``
+    hook where it has one (index arrays in range)."""
+    arrays = sample_inputs(input_types, rng, **kwargs)
+    return list(op.samples(arrays, rng)) if op.samples is not None else arrays
 
 
 def mismatch(got, want, tolerance: Mapping[str, float] = TOLERANCE) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..samples import TF32_TOLERANCE, TOLERANCE, mismatch, sample_inputs
+from ..samples import TF32_TOLERANCE, TOLERANCE, mismatch, op_samples
 from ..procwatch import resident
 from .oclgrind import RECYCLE, Result, Task, parse_counts, parse_log
 
@@ -47,8 +47,8 @@ def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
     try:
         compiled = compile_op(task.op, *case.inputs, target="opencl", impl=task.impl,
                               index=task.index, records=False, **case.attrs)
-        inputs = sample_inputs(case.inputs, np.random.default_rng(task.case),
-                               magnitude=(0.75, 1.25), signed=True)
+        inputs = op_samples(op, case.inputs, np.random.default_rng(task.case),
+                            magnitude=(0.75, 1.25), signed=True)
         got = compiled(*inputs)
         res.impl = compiled.last_impl or ""
         want = op.reference(*inputs, compiled.attrs)
@@ -62,7 +62,8 @@ def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
                 # reference on valid inputs, is the oracle
                 res.error = mismatch(got, host, tol) and f"{mismatch(got, host, tol)} (against the numpy target)"
         outs = want if isinstance(want, tuple) else (want,)
-        res.compulsory = sum(x.nbytes for x in inputs) + sum(np.asarray(o).nbytes for o in outs)
+        res.compulsory = (op.compulsory(inputs, outs) if op.compulsory is not None else
+                          sum(x.nbytes for x in inputs) + sum(np.asarray(o).nbytes for o in outs))
     except Exception as exc:  # reported per task; the other tasks still run
         res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     res.seconds = time.perf_counter() - t0
