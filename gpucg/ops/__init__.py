@@ -17,6 +17,7 @@ from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, elu, equa
                           reshape, rsqrt, selu, sigmoid, silu, softplus, sqrt, subtract, sum_to,
                           tanh, transpose, where)
 from .norm import layer_norm, log_softmax, rms_norm, softmax
+from .paged_attention import kv_cache_write, paged_attention
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
 from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
                      sum)
@@ -37,4 +38,5 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
            "strided_slice", "take", "batch_norm", "fold_batch_norm",
-           "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]
+           "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu",
+           "paged_attention", "kv_cache_write"]
