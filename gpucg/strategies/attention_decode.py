@@ -74,7 +74,8 @@ def space_for(d: int, eb: int, group, smem_max: int, prefill: bool = False) -> C
              "stages": (2, 3), "combine_wg": (64, 256)}
     lk = _lanes(d, eb)
     nt = 256 if prefill else 128
-    want = 4 * nt // lk if prefill else (int(group) if group is not None else 1)
+    # multi-query: two rows a thread (four keep 160 registers on sm_90, 1 block an SM)
+    want = 2 * nt // lk if prefill else (int(group) if group is not None else 1)
     default = None
     for rpt in (1, 2, 4):
         c = {"nt": nt, "lk": lk, "rpt": rpt, "kps": 2, "stages": 2, "combine_wg": 256}
