@@ -84,7 +84,7 @@ def test_docs_coverage_table_lists_every_lowered_operator():
     """docs/onnx.md's operator coverage table names every ONNX operator gpucg.onnx lowers."""
     from pathlib import Path
 
-    from gpucg.onnx.lower import TABLE
+    from gpucg.onnx.nodes import TABLE
 
     doc = (Path(__file__).parent.parent / "docs" / "onnx.md").read_text()
     table = doc[doc.index("## Operator coverage"):doc.index("## Speed")]

@@ -80,7 +80,7 @@ class Graph:
         self.dynamic: dict[str, Node] = {}
         self.types: dict[str, TensorType] = {}
         self.symbols: dict[str, object] = {}
-        self.equal: dict = {}  # symbol -> what the graph shows it equals (a sum of others)
+        self.dynamic_type = None  # (graph, name) -> a size-dependent value's type (host.py's)
         self.inputs = [i.name for i in graph.input if i.name not in self.consts]
         self.outputs = [o.name for o in graph.output]
         self.alias: dict[str, str] = {}  # Identity and Dropout outputs: the value they pass on
@@ -138,10 +138,8 @@ class Graph:
         if name in self.consts:
             c = self.consts[name]
             return TensorType(tuple(c.shape), c.dtype.name)
-        if name in self.dynamic and name not in self.types:
-            from .host import dynamic_type
-
-            self.types[name] = dynamic_type(self, name)
+        if name in self.dynamic and name not in self.types and self.dynamic_type:
+            self.types[name] = self.dynamic_type(self, name)
         if name not in self.types:
             raise OnnxError(f"value {name!r} is used before a node computes it, or its shape "
                             "depends on data gpucg.onnx cannot follow")

@@ -13,7 +13,9 @@ from ..shape import TensorType
 from .graph import Graph, Node, OnnxError
 from .sizes import concrete
 
-PRIMES = [13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97]
+#: probe sizes: small (a tiny model's position table has 64 rows: past + seq stays below
+#: them), distinct, never 1
+PRIMES = [3, 5, 7, 11, 13, 17, 19, 23]
 
 
 def evaluate(node: Node, arrays):
@@ -65,11 +67,13 @@ def value_at(g: Graph, name: str, binding: dict, memo: dict) -> np.ndarray:
     return memo[name]
 
 
-def host_value(g: Graph, name: str, what: str, fn, inputs: list) -> str:
+def host_value(g: Graph, name: str, what: str, fn, inputs: list, type_=None) -> str:
     """A size-dependent value ``name`` = ``fn(*inputs)`` on their NumPy values (constants, size
     vectors, size-dependent values), computed once per binding of the sizes; ``what`` names
-    it in explain."""
+    it in explain; ``type_``: its TensorType where known (else found at probe sizes)."""
     g.dynamic[name] = Node(name, what, "gpucg.host", list(inputs), [name], {"fn": fn})
+    if type_ is not None:
+        g.types[name] = type_
     return name
 
 
@@ -88,16 +92,12 @@ def size_ones(g: Graph, name: str, dims) -> str:
 
 
 def probes(g: Graph, count: int = 2) -> list[dict]:
-    """``count`` bindings of the model's symbols to distinct sizes (13, 17, ... then shifted),
-    the symbols related by the graph (g.equal: a sum of others) bound to what they equal."""
-    syms = [s for s in g.symbols.values() if s not in g.equal]
+    """``count`` bindings of the model's symbols to distinct small sizes, each a different
+    draw (so that the columns of an affine fit are independent)."""
     out = []
     for off in range(count):
-        b = {s: PRIMES[(k + off * max(len(syms), 1)) % len(PRIMES)] + off
-             for k, s in enumerate(syms)}
-        for s, e in g.equal.items():
-            b[s] = int(sympy.sympify(e).subs(b))
-        out.append(b)
+        pick = np.random.default_rng(off).permutation(len(PRIMES))
+        out.append({s: PRIMES[pick[k % len(PRIMES)]] for k, s in enumerate(g.symbols.values())})
     return out
 
 
@@ -105,7 +105,7 @@ def dynamic_type(g: Graph, name: str) -> TensorType:
     """The type of a size-dependent value: each dim an integer affine function of the
     symbols, fitted at probe bindings (as many as the symbols, plus two) and checked at
     another."""
-    free = [s for s in g.symbols.values() if s not in g.equal]
+    free = list(g.symbols.values())
     bindings = probes(g, len(free) + 2)
     values = [value_at(g, name, b, {}) for b in bindings]
     if len({v.ndim for v in values}) != 1:

@@ -23,7 +23,7 @@ from ..ops._expr import node as ew_node, placeholders
 from ..shape import TensorType
 from . import sizes
 from .graph import DTYPES, Graph, Node, OnnxError, UnsupportedError
-from .host import evaluate
+from .host import dynamic_type, evaluate
 from .nodes import TABLE
 
 
@@ -75,6 +75,7 @@ class Lowering:
     def __init__(self, g: Graph):
         self.g, self.calls, self.unsupported, self.alias = g, [], [], g.alias
         self._count = 0
+        g.dynamic_type = dynamic_type
 
     def ref(self, name: str) -> str:
         while name in self.alias:

@@ -9,7 +9,7 @@ import numpy as np
 import sympy
 
 from ..ops._expr import node as ew, placeholders
-from ..shape import product, simplify_dim
+from ..shape import TensorType, product, simplify_dim
 from .graph import DTYPES, OnnxError
 from .host import host_value, size_ones, size_vector
 
@@ -363,7 +363,8 @@ def _gather_nd(lw, n, ins):
         index = np.where(index < 0, index + lead, index).astype(np.int64)
         return np.ravel_multi_index(tuple(np.moveaxis(index, -1, 0)), tuple(lead))
 
-    lin = host_value(g, f"{n.name}/linear", "GatherND positions", linear, [idx, dims])
+    lin = host_value(g, f"{n.name}/linear", "GatherND positions", linear, [idx, dims],
+                     TensorType(g.type_of(idx).shape[:-1], "int64"))
     lw.emit(n, "take", [flat, lin], n.outputs[:1], axis=0)
 
 
