@@ -342,7 +342,8 @@ def whisper_encoder(size="tiny"):
     cfg = tf.WhisperConfig(d_model=32, encoder_layers=1, encoder_attention_heads=4,
                            encoder_ffn_dim=64, num_mel_bins=16, max_source_positions=32,
                            decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=64,
-                           vocab_size=100) if size == "tiny" else \
+                           vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                           decoder_start_token_id=1) if size == "tiny" else \
         tf.WhisperConfig(encoder_layers=2, max_source_positions=1500)
     enc = tf.WhisperModel(cfg).get_encoder().eval()
     frames = 2 * cfg.max_source_positions
