@@ -67,6 +67,9 @@ CALLS = [
     ("batch_matmul_tf32_transposed", "batch_matmul", (T((4, 64, n)), T((4, 48, 64))),
      dict(transpose_a=False, transpose_b=True, allow_tf32=True)),
     ("exp_float64", "exp", (T((n, m), "float64"),), {}),
+    ("silu_and_mul_float16", "silu_and_mul", (T((n, 2 * m), "float16"),), {}),
+    ("gelu_and_mul_tanh_bfloat16", "gelu_and_mul", (T((n, k, 2 * m), "bfloat16"),),
+     dict(approximate="tanh")),
     ("activations_fused_float16", "fused", (T((n, m), "float16"), T((n, m), "float16")),
      dict(expr="multiply(silu(x0), add(mish(x1), selu(hardsigmoid(elu(softplus(hardswish(x0)"
                "), alpha=0.5), alpha=0.25))))")),
