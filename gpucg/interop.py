@@ -38,6 +38,13 @@ def native_kind(x) -> str | None:
     return getattr(type(x), "gpucg_backend", None)  # gpucg's own device arrays
 
 
+def byte_offset(x) -> int:
+    """Bytes from the start of an array's buffer to its first element, where the array
+    passes its buffer's start to kernels (a pyopencl view); 0 for arrays whose pointer is
+    their first element (NumPy, CuPy, gpucg's own buffers)."""
+    return int(getattr(x, "offset", 0)) if native_kind(x) == "opencl" else 0
+
+
 def type_name(x) -> str:
     """"torch.Tensor", "numpy.ndarray": the package and the class of an array, for errors."""
     return f"{(type(x).__module__ or '').split('.')[0]}.{type(x).__name__}"

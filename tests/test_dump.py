@@ -67,6 +67,12 @@ CALLS = [
     ("batch_matmul_tf32_transposed", "batch_matmul", (T((4, 64, n)), T((4, 48, 64))),
      dict(transpose_a=False, transpose_b=True, allow_tf32=True)),
     ("exp_float64", "exp", (T((n, m), "float64"),), {}),
+    ("silu_and_mul_float16", "silu_and_mul", (T((n, 2 * m), "float16"),), {}),
+    ("gelu_and_mul_tanh_bfloat16", "gelu_and_mul", (T((n, k, 2 * m), "bfloat16"),),
+     dict(approximate="tanh")),
+    ("activations_fused_float16", "fused", (T((n, m), "float16"), T((n, m), "float16")),
+     dict(expr="multiply(silu(x0), add(mish(x1), selu(hardsigmoid(elu(softplus(hardswish(x0)"
+               "), alpha=0.5), alpha=0.25))))")),
     ("where_broadcast", "where", (T((n, 1), "bool"), T((n, m)), T((m,))), {}),
     ("sum_rows_keepdims", "sum", (T((n, m), "int16"),), dict(axis=-1, keepdims=True)),
     ("argmax_rows", "argmax", (T((n, m)),), dict(axis=1)),

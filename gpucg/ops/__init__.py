@@ -10,11 +10,13 @@ from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
 from .dense import batch_matmul, dense, linear, matmul
-from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, equal, erf, exp, flip,  # noqa: A004
-                          fused, gelu, greater, greater_equal, leaky_relu, less, less_equal, log,
-                          maximum, minimum, multiply, neg, negative, not_equal, pad,
-                          placeholders, power, relu, reshape, rsqrt, sigmoid, sqrt, subtract,
-                          sum_to, tanh, transpose, where)
+from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, elu, equal, erf,  # noqa: A004
+                          exp, flip, fused, gelu, greater, greater_equal, hardsigmoid,
+                          hardswish, leaky_relu, less, less_equal, log, maximum, minimum, mish,
+                          multiply, neg, negative, not_equal, pad, placeholders, power, relu,
+                          reshape, rsqrt, selu, sigmoid, silu, softplus, sqrt, subtract, sum_to,
+                          tanh, transpose, where)
+from .gated import gelu_and_mul, silu_and_mul
 from .norm import layer_norm, log_softmax, rms_norm, softmax
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
 from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
@@ -35,4 +37,5 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "layer_norm", "log_softmax", "rms_norm", "softmax",
            "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
-           "strided_slice", "take", "batch_norm", "fold_batch_norm"]
+           "strided_slice", "take", "batch_norm", "fold_batch_norm",
+           "silu_and_mul", "gelu_and_mul", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]

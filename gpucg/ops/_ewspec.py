@@ -22,7 +22,8 @@ from ..shape import DTYPES
 from ._unary import TABLE, Lit, clip_c
 
 UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid", "tanh", "erf", "gelu",
-         "relu", "leaky_relu", "clip")
+         "relu", "leaky_relu", "clip", "silu", "hardswish", "hardsigmoid", "softplus", "mish",
+         "elu", "selu")
 COMPARISONS = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=",
                "greater": ">", "greater_equal": ">="}
 BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum") \
@@ -35,6 +36,11 @@ DOCS = {"exp": "e ** x", "log": "the natural logarithm", "sqrt": "the square roo
         "erf": "the error function", "gelu": "x * Phi(x), exact (erf) or its tanh approximation",
         "relu": "max(x, 0), NaN kept", "leaky_relu": "x if x > 0 else alpha * x",
         "clip": "x limited to [a_min, a_max] (bounds in x's dtype), NaN kept",
+        "silu": "x * sigmoid(x) (swish)", "hardswish": "x * min(max(x + 3, 0), 6) / 6",
+        "hardsigmoid": "max(0, min(1, alpha * x + beta)), NaN kept",
+        "softplus": "log(1 + exp(x)), without overflow", "mish": "x * tanh(softplus(x))",
+        "elu": "x if x > 0 else alpha * (exp(x) - 1)",
+        "selu": "gamma * (x if x > 0 else alpha * (exp(x) - 1))",
         "add": "a + b", "subtract": "a - b", "multiply": "a * b", "divide": "a / b (true division)",
         "power": "a ** b (integers wrap; a negative integer exponent truncates toward zero)",
         "maximum": "the larger, NaN if either is", "minimum": "the smaller, NaN if either is",
@@ -43,11 +49,15 @@ DOCS = {"exp": "e ** x", "log": "the natural logarithm", "sqrt": "the square roo
         "where": "a where condition is nonzero, else b"}
 #: attributes (name -> default) of the operators that have some
 ATTRS = {"leaky_relu": {"alpha": 0.01}, "clip": {"a_min": None, "a_max": None},
-         "gelu": {"approximate": "none"}}
+         "gelu": {"approximate": "none"}, "hardsigmoid": {"alpha": 0.2, "beta": 0.5},
+         "elu": {"alpha": 1.0},
+         # ONNX's defaults (the float32 roundings of SELU's constants)
+         "selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}}
 
 _UFUNC = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": np.sqrt, "abs": np.absolute,
           "negative": np.negative, "sigmoid": np.exp, "tanh": np.tanh, "gelu": np.exp,
-          "erf": np.exp,
+          "erf": np.exp, **{op: np.exp for op in ("silu", "hardswish", "hardsigmoid",
+                                                   "softplus", "mish", "elu", "selu")},
           "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
           "power": np.power, "maximum": np.maximum, "minimum": np.minimum,
           **{op: getattr(np, op) for op in COMPARISONS}}
@@ -64,7 +74,7 @@ def check_attrs(op: str, attrs: dict) -> dict:
         raise AttrError(f"{op}: unknown attribute {unknown[0]!r}; allowed: "
                         f"{', '.join(allowed) or 'none'}")
     out = dict(allowed, **attrs)
-    for name in ("alpha", "a_min", "a_max"):
+    for name in ("alpha", "beta", "gamma", "a_min", "a_max"):
         if name in out and out[name] is not None:
             v = out[name]
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,

@@ -270,7 +270,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
         # alpha^2 sums a pair there (PoCL, batch 8, 64 -> 64 channels, 56x56: 208-224 ms
         # against 381 for F(4x4), 288 against 424 for F(2x2); benchmarks/results/)
         (f4, f2), (u4, u2) = ((12, 11), (15, 14)) if on_cpu else ((15, 14), (12, 11))
-        if target.backend == "cuda":
+        if target.capabilities.vendor == "nvidia":
             # measured on an H100 (gpucg bench conv2d, batch 8, float32, ResNet's 3x3 layers,
             # benchmarks/results/gpu-h100-*): direct took 0.229 / 0.166 / 0.200 / 0.360 ms at
             # 64x56 / 128x28 / 256x14 / 512x7, the fused Winograd default 0.243 / 0.328 /

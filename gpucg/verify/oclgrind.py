@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..arch import OPENCL_GPU
+
 #: the ICD-loadable runtime (``liboclgrind-rt-icd.so``) is looked for here, then beside the
 #: ``oclgrind`` command's prefix
 _SEARCH = ("/usr/lib/oclgrind", "/usr/lib/x86_64-linux-gnu/oclgrind", "/usr/lib64/oclgrind",
@@ -92,7 +94,7 @@ def environment(workdir, checks: bool = True, counts: bool = False) -> dict:
                OCLGRIND_LOG=str(workdir / "oclgrind.log"), PYTHONUNBUFFERED="1",
                # one simulator thread per child (the children share the cores), and the
                # shared memory a CUDA block gets (48 KiB static) instead of Oclgrind's 32 KiB
-               OCLGRIND_NUM_THREADS="1", OCLGRIND_LOCAL_MEM_SIZE=str(48 * 1024))
+               OCLGRIND_NUM_THREADS="1", OCLGRIND_LOCAL_MEM_SIZE=str(OPENCL_GPU.smem_per_block_optin))
     if checks:
         env.update(CHECKS)
     if counts:
