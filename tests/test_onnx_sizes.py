@@ -1,7 +1,8 @@
 """gpucg.onnx on what the exporters write around the operators: shape computations on
 symbolic sizes (Shape of a Reshape to computed sizes, Max, Where, Equal, Mod, Range,
 ConstantOfShape), size-dependent values (an arange added to the data), Pad with computed pads,
-a 1-D convolution, HardSwish and HardSigmoid, the boolean and special-value nodes; each graph
+a 1-D convolution, the activations (HardSwish, HardSigmoid, Softplus, Mish, Elu, Selu), the
+boolean and special-value nodes; each graph
 compiled once per target and run at two sizes against onnxruntime, NaN and infinities among
 the inputs. And the size arithmetic alone (gpucg.onnx.sizes), and a crash in lowering."""
 
@@ -97,7 +98,16 @@ def _conv1d():
                   {"w1": w1, "w2": w2, "b1": np.float32([0.1, -0.2, 0, 0.3, 0, 0.5])})
 
 
-GRAPHS = {"shapes": _shapes, "logic": _logic, "conv1d": _conv1d}
+def _activations():
+    """Softplus, Mish, Elu (alpha 0.5), Selu (ONNX's defaults), each of x, summed."""
+    nodes = [N("Softplus", ["x"], ["a"]), N("Mish", ["x"], ["b"]),
+             N("Elu", ["x"], ["c"], alpha=0.5), N("Selu", ["x"], ["d"]),
+             N("Add", ["a", "b"], ["ab"]),
+             N("Add", ["c", "d"], ["cd"]), N("Add", ["ab", "cd"], ["y"])]
+    return _model(nodes, [("x", F, ["b", "s"])], [("y", F)], {})
+
+
+GRAPHS = {"shapes": _shapes, "logic": _logic, "conv1d": _conv1d, "activations": _activations}
 
 
 def _feeds(name, b, s, rng):
@@ -105,9 +115,9 @@ def _feeds(name, b, s, rng):
         return {"x": rng.standard_normal((b, 4, s)).astype(np.float32)}
     if name == "shapes":
         return {"x": rng.standard_normal((b, s, 8)).astype(np.float32) * 4}
-    x = rng.standard_normal((b, s)).astype(np.float32)
+    x = rng.standard_normal((b, s)).astype(np.float32) * 8
     x.flat[:4] = [np.nan, np.inf, -np.inf, -0.0]
-    return {"x": x, "y": np.roll(x, 1)}
+    return {"x": x} if name == "activations" else {"x": x, "y": np.roll(x, 1)}
 
 
 @pytest.fixture(scope="module")

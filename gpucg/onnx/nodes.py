@@ -280,13 +280,15 @@ def _special(lw, n, ins):
                                                                          {}), ins[:1])
 
 
-def _hard(lw, n, ins):
-    """HardSigmoid: clip(alpha x + beta, 0, 1); HardSwish: x times it (alpha 1/6, beta 1/2)."""
-    (x,) = placeholders(1)
-    alpha = float(n.attrs.get("alpha", 0.2 if n.op == "HardSigmoid" else 1 / 6))
-    beta = float(n.attrs.get("beta", 0.5))
-    gate = ew("clip", (x * alpha + beta,), {"a_min": 0.0, "a_max": 1.0})
-    lw.expression(n, gate if n.op == "HardSigmoid" else x * gate, ins[:1])
+#: ONNX activations -> the elementwise operator and its attributes (ONNX's names and defaults)
+ACTIVATIONS = {"HardSigmoid": ("hardsigmoid", ("alpha", "beta")), "HardSwish": ("hardswish", ()),
+               "Softplus": ("softplus", ()), "Mish": ("mish", ()), "Elu": ("elu", ("alpha",)),
+               "Selu": ("selu", ("alpha", "gamma"))}
+
+
+def _activation(lw, n, ins):
+    op, names = ACTIVATIONS[n.op]
+    lw.elementwise(n, op, ins[:1], **{k: float(n.attrs[k]) for k in names if k in n.attrs})
 
 
 def _conv_nd(lw, n, ins):
@@ -379,7 +381,8 @@ TABLE = {**{k: _unary for k in UNARY}, **{k: _binary for k in BINARY}, "Where": 
          **{k: _reduce for k in REDUCE}, "ArgMax": _arg, "ArgMin": _arg, "Expand": _expand,
          "Identity": _alias, "Dropout": _alias,
          **{k: _logic for k in ("And", "Or", "Xor", "Not")}, "IsNaN": _special,
-         "IsInf": _special, "GatherND": _gather_nd, "HardSigmoid": _hard, "HardSwish": _hard, "Pad": _pad,
+         "IsInf": _special, "GatherND": _gather_nd, **{k: _activation for k in ACTIVATIONS},
+         "Pad": _pad,
          "ConvTranspose": _unsupported("gpucg has no transposed convolution operator"),
          "ScatterND": _unsupported("ScatterND on tensors: gpucg has no scatter operator (on "
                                    "sizes or size-dependent values it runs on the host)")}
