@@ -155,6 +155,10 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
 
 
 def main(argv=()) -> int:
+    if "--onnx" in argv:  # issue 35's table of real architectures (gpucg/benchmarks/zoo.py)
+        from .zoo import main as zoo_main
+
+        return zoo_main(argv)
     p = parser("models", "batch 1 only")
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma-separated models (default: {','.join(MODELS)})")
