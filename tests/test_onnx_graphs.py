@@ -16,21 +16,16 @@ for _module in ("onnx", "onnxruntime"):
                     allow_module_level=True)
 
 import onnxruntime  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 import gpucg.onnx  # noqa: E402
+import onnx_models  # noqa: E402
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 N = helper.make_node
 
 
-def _model(nodes, inputs, outputs, consts):
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(k, t, dims) for k, t, dims in inputs],
-        [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
-    # IR 10 (onnx 1.16): onnx >= 1.23 writes IR 14 by default, which onnxruntime < 1.31 refuses
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+_model = onnx_models.graph_model
 
 
 def _sdpa(form: str):

@@ -24,18 +24,14 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import gpucg  # noqa: E402
 import gpucg.onnx  # noqa: E402
+import onnx_models  # noqa: E402
 from gpucg.onnx import sizes  # noqa: E402
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 N = helper.make_node
 
 
-def _model(nodes, inputs, outputs, consts):
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(k, t, dims) for k, t, dims in inputs],
-        [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+_model = onnx_models.graph_model
 
 
 def _shapes():

@@ -11,20 +11,15 @@ the numpy target within 2.5x of onnxruntime on every row.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from ..runtime import backend_status
-from .common import banner, parser
-from .models import interleaved_times
+from .common import banner, interleaved_times, parser, tests_module
 
-ZOO = Path(__file__).resolve().parents[2] / "tests" / "model_zoo.py"
 #: the table's rows: (model, what it stands for); the transformers take (batch, SEQ)
 ROWS = (("resnet50", "ResNet-50"), ("efficientnet_b0", "EfficientNet-B0"),
         ("convnext_tiny", "ConvNeXt-T"), ("bert", "BERT-base (2 layers)"),
@@ -35,17 +30,6 @@ ROWS = (("resnet50", "ResNet-50"), ("efficientnet_b0", "EfficientNet-B0"),
         ("swin", "Swin-T (windowed attention)"))
 SEQ = 128
 BATCH = 3
-
-
-def _zoo():
-    if not ZOO.exists():
-        raise SystemExit(f"gpucg bench models --onnx builds its models with {ZOO}: run it "
-                         "from a source checkout of gpucg")
-    spec = importlib.util.spec_from_file_location("model_zoo", ZOO)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("model_zoo", mod)  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return sys.modules["model_zoo"]
 
 
 def _size(spec) -> int:
@@ -133,7 +117,7 @@ def main(argv=()) -> int:
           f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset (its default: set it to 1)')}; "
           f"batch {BATCH}, sequence {SEQ}; times are the process's CPU time a call (median of "
           f"{args.repeat}, the rows of one model taken in turns)")
-    zoo = _zoo()
+    zoo = tests_module("model_zoo")
     results: list = []
     for name in names:
         print(f"\n{known[name]}")
