@@ -30,6 +30,29 @@ def graph_model(nodes, inputs, outputs, consts, opset: int = 18):
                              ir_version=10)
 
 
+def check_graph(memo: dict, name: str, build, target, feeds, sizes, atol: float):
+    """The graph ``build()`` compiled once per (name, target) (kept in ``memo``), run at each
+    (batch, size) of ``sizes`` with ``feeds(b, s)`` against onnxruntime, with no compile after
+    the first; returns the compiled model."""
+    import gpucg.onnx
+    import onnxruntime
+
+    if (name, target) not in memo:
+        proto = build()
+        memo[name, target] = (gpucg.onnx.compile(proto, target=target),
+                              onnxruntime.InferenceSession(
+                                  proto.SerializeToString(), providers=["CPUExecutionProvider"]))
+    m, session = memo[name, target]
+    count = m.compiles
+    for b, s in sizes:
+        inputs = feeds(b, s)
+        for got, want in zip(m.run(None, inputs), session.run(None, inputs)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=atol)
+    assert m.compiles == count, "a new size compiled an operator again"
+    return m
+
+
 def export(module, args, input_names, output_names, dynamic_axes, opset=17, keep_norms=False):
     """``module`` exported to ONNX (TorchScript exporter, constants folded), as a ModelProto.
     ``keep_norms``: batch norms stay BatchNormalization nodes (the exporter would fold them

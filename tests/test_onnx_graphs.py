@@ -15,7 +15,6 @@ for _module in ("onnx", "onnxruntime"):
         pytest.skip(f"gpucg.onnx's tests need {_module} (pip install 'gpucg[test]')",
                     allow_module_level=True)
 
-import onnxruntime  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import gpucg.onnx  # noqa: E402
@@ -98,20 +97,9 @@ def compiled():
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
-    if (name, target) not in compiled:
-        proto = GRAPHS[name]()
-        compiled[name, target] = (gpucg.onnx.compile(proto, target=target),
-                                  onnxruntime.InferenceSession(
-                                      proto.SerializeToString(),
-                                      providers=["CPUExecutionProvider"]))
-    m, session = compiled[name, target]
-    count, rng = m.compiles, np.random.default_rng(1)
-    for b, s in ((1, 5), (3, 11)):
-        feeds = _feeds(name, b, s, rng)
-        for got, want in zip(m.run(None, feeds), session.run(None, feeds)):
-            assert got.shape == want.shape
-            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
-    assert m.compiles == count, "a new size compiled an operator again"
+    rng = np.random.default_rng(1)
+    m = onnx_models.check_graph(compiled, name, GRAPHS[name], target,
+                                lambda b, s: _feeds(name, b, s, rng), ((1, 5), (3, 11)), 2e-6)
     text = m.explain()
     if name.startswith("sdpa"):  # the scales and the MatMul, Softmax, MatMul: one attention
         assert text.count("-> gpucg.ops.attention(causal=False, scale=0.25") == 1
