@@ -77,7 +77,7 @@ def _split_run(ctx, main) -> None:
 
 def _slice_run(ctx, main) -> None:
     x, y = ctx.inputs[0], ctx.outputs[0]
-    shape = tuple(int(d) for d in ctx.compiled.input_types[0].shape)  # constant; 0-d kept
+    shape = tuple(int(d) for d in x.shape)  # the call's own sizes (symbolic ones too)
     own = _strides(shape)
     parts = sl.slices(ctx.attrs, shape)
     base = sum(start * st for (start, _, _), st in zip(parts, own))
