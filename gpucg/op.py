@@ -35,12 +35,16 @@ class KernelInfo:
         expr: elementwise operators: ``(operand C expressions..., C type) -> C expression``.
         combine: reductions: ``(accumulator, value) -> C expression`` of the combined value.
         identity: reductions: the C literal the accumulator starts from.
+        valid_samples: ``(arrays, attrs, rng) -> arrays``: the random inputs the checking
+            tools draw (gpucg.samples.sample_inputs: Oclgrind, the tuner, ``gpucg run``) made
+            valid for the operator, such as indices into a table brought into its range.
     """
 
     storage_dtypes: tuple = ()
     expr: Callable | None = None
     combine: Callable | None = None
     identity: str | None = None
+    valid_samples: Callable | None = None
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,15 @@ class RunContext:
         """A scratch array on the backend."""
         return self.backend.empty(shape, dtype)
 
+    def counter(self):
+        """A zeroed 32-bit word on the backend that a kernel counts bad input into (an atomic
+        add where it finds some); :meth:`count` reads it back after the launch."""
+        return self.backend.to_device(np.zeros(1, np.uint32))
+
+    def count(self, word) -> int:
+        """The value of a :meth:`counter` word (read back: waits for the kernels before)."""
+        return int(self.backend.to_host(word)[0])
+
     def size(self, value: int):
         """A size argument in the kernel's index type."""
         return self.idx(value)

@@ -70,6 +70,12 @@ CALLS = [
     ("silu_and_mul_float16", "silu_and_mul", (T((n, 2 * m), "float16"),), {}),
     ("gelu_and_mul_tanh_bfloat16", "gelu_and_mul", (T((n, k, 2 * m), "bfloat16"),),
      dict(approximate="tanh")),
+    ("rotary_neox_float16", "rotary_embedding", (T((n, 32, 128), "float16"),
+                                                 T((m, 64), "float32"), T((m, 64), "float32"),
+                                                 T((n,), "int64")), {}),
+    ("rotary_gptj_partial_bfloat16", "rotary_embedding",
+     (T((n, 8, 80), "bfloat16"), T((m, 32), "bfloat16"), T((m, 32), "bfloat16"),
+      T((n,), "int32")), dict(style="gptj", rotary_dim=64)),
     ("activations_fused_float16", "fused", (T((n, m), "float16"), T((n, m), "float16")),
      dict(expr="multiply(silu(x0), add(mish(x1), selu(hardsigmoid(elu(softplus(hardswish(x0)"
                "), alpha=0.5), alpha=0.25))))")),

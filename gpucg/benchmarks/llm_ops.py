@@ -2,8 +2,10 @@
 input read once, every output written once).
 
 Cases (LLaMA-7B's sizes, float32 so that the CPU peers compute natively): silu_and_mul and
-gelu_and_mul of a decode batch (16, 2 * 11008) and a prefill (512, 2 * 11008). The peers
-compute the same result unfused (torch: F.silu(gate) * up; NumPy: the formula); vLLM's and
+gelu_and_mul of a decode batch (16, 2 * 11008) and a prefill (512, 2 * 11008);
+rotary_embedding (neox) of 16 and 512 tokens of 32 heads of 128 from a 4096-position cache.
+The peers compute the same result unfused (torch: F.silu(gate) * up, vLLM's forward_native
+RoPE; NumPy: the formulas); vLLM's and
 FlashInfer's fused CUDA kernels are "not measured on a GPU" here. Goals: on the CPU, OpenCL
 (PoCL) no slower than NumPy; on a GPU, 80% of copy bandwidth.
 """
@@ -48,8 +50,34 @@ def _gated(op: str, rows: int):
             rows * 3 * d * 4)  # bytes: x read, y written
 
 
+def _rope_formula(x, cos, sin, pos, cat):
+    """vLLM's forward_native (neox), for NumPy arrays or torch tensors (``cat``)."""
+    c, s = cos[pos][:, None, :], sin[pos][:, None, :]
+    half = c.shape[-1]
+    x1, x2 = x[..., :half], x[..., half:]
+    return cat([x1 * c - x2 * s, x2 * c + x1 * s])
+
+
+def _rope(tokens: int, heads: int = 32, d: int = 128):
+    def make(rng):
+        ang = np.arange(4096)[:, None] * 10000.0 ** (-np.arange(0, d, 2) / d)
+        return (rng.standard_normal((tokens, heads, d)).astype(np.float32),
+                np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32),
+                rng.integers(0, 4096, tokens)), {}
+
+    def torch_fn(x, cos, sin, pos):
+        import torch
+        return _rope_formula(x, cos, sin, pos, lambda v: torch.cat(v, -1))
+    moved = tokens * (2 * heads * d + d) * 4 + tokens * 8  # x, y, the cos/sin rows, positions
+    return (f"rotary_embedding neox ({tokens}, {heads}, {d})", "rotary_embedding", make,
+            lambda x, cos, sin, pos: _rope_formula(x, cos, sin, pos,
+                                                   lambda v: np.concatenate(v, -1)),
+            torch_fn, moved)
+
+
 #: (name, op, make(rng) -> (arrays, attrs), numpy peer, torch peer, bytes moved)
-CASES = [_gated("silu_and_mul", 16), _gated("silu_and_mul", 512), _gated("gelu_and_mul", 16)]
+CASES = [_gated("silu_and_mul", 16), _gated("silu_and_mul", 512), _gated("gelu_and_mul", 16),
+         _rope(16), _rope(512)]
 
 
 def _peers(arrays, numpy_fn, torch_fn, repeat: int):
@@ -91,9 +119,10 @@ def main(argv=()) -> int:
     print(banner("llm_ops"))
     for name, op, make, numpy_fn, torch_fn, nbytes in CASES:
         arrays, attrs = make(rng)
-        if args.quick:
-            arrays = tuple(a[:max(1, len(a) // 8)] for a in arrays)
-            nbytes = sum(a.nbytes for a in arrays) * 3 // 2
+        if args.quick:  # an eighth of the rows (tokens); the caches stay
+            arrays = tuple(a if op == "rotary_embedding" and i in (1, 2)
+                           else a[:max(1, len(a) // 8)] for i, a in enumerate(arrays))
+            nbytes = max(1, nbytes // 8)
         want = numpy_fn(*arrays)
         peers = _peers(arrays, numpy_fn, torch_fn, args.repeat)
         mine = _ours(op, arrays, attrs, want, args.repeat, targets)

@@ -1,5 +1,26 @@
-"""The 16-bit float conversions a kernel defines when it loads or stores float16 or bfloat16
-(the Dialect fields half_load_fn, half_store_fn, bf16_store_fn name these texts)."""
+"""The 16-bit float conversions a kernel defines when it loads or stores float16 or bfloat16,
+and each dialect's storage formats (:class:`StorageFormat`: the 16-bit ones here, the 8-bit
+ones in gpucg/codegen/fp8.py) that Dialect.storage/load/store/half_helpers read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StorageFormat:
+    """How a dialect keeps one narrow float format in memory: the element type, a load as a
+    float (``{ptr}``, ``{index}``), a store from a float (``{value}`` too), the helper
+    functions each needs, and (for packed vector accesses) the conversions of the element's
+    bits (``{bits}``) and to them."""
+
+    ctype: str
+    load: str
+    store: str
+    load_fn: str = ""
+    store_fn: str = ""
+    from_bits: str = ""
+    to_bits: str = ""
 
 CUDA_H2F = (
     "/* float16 bits to float: one PTX cvt (no cuda_fp16.h) */\n"
@@ -30,3 +51,19 @@ OPENCL_F2BF = (
     "    const uint u = as_uint(f);\n"
     "    if ((u & 0x7FFFFFFFU) > 0x7F800000U) return (ushort)(((u >> 16) & 0x8000U) | 0x7FC0U);\n"
     "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n")
+
+
+CUDA_FORMATS = {
+    "float16": StorageFormat("unsigned short", "gpucg_h2f({ptr}[{index}])",
+                             "{ptr}[{index}] = gpucg_f2h({value});", CUDA_H2F, CUDA_F2H),
+    "bfloat16": StorageFormat("unsigned short",
+                              "__uint_as_float((unsigned int){ptr}[{index}] << 16)",
+                              "{ptr}[{index}] = gpucg_f2bf({value});", "", CUDA_F2BF),
+}
+# vload_half/vstore_half are core OpenCL (unlike half arithmetic): no helper, no cl_khr_fp16
+OPENCL_FORMATS = {
+    "float16": StorageFormat("half", "vload_half({index}, {ptr})",
+                             "vstore_half_rte({value}, {index}, {ptr});"),
+    "bfloat16": StorageFormat("ushort", "as_float((uint){ptr}[{index}] << 16)",
+                              "{ptr}[{index}] = gpucg_f2bf({value});", "", OPENCL_F2BF),
+}

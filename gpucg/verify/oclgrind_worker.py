@@ -48,7 +48,8 @@ def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
         compiled = compile_op(task.op, *case.inputs, target="opencl", impl=task.impl,
                               index=task.index, records=False, **case.attrs)
         inputs = sample_inputs(case.inputs, np.random.default_rng(task.case),
-                               magnitude=(0.75, 1.25), signed=True)
+                               magnitude=(0.75, 1.25), signed=True, op=op,
+                               attrs=compiled.attrs)
         got = compiled(*inputs)
         res.impl = compiled.last_impl or ""
         want = op.reference(*inputs, compiled.attrs)
