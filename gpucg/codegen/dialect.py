@@ -64,6 +64,8 @@ class Dialect:
     bf16_store: str = ""
     bf16_load_fn: str = ""
     bf16_store_fn: str = ""
+    #: a float rounded to float16 or bfloat16 in a register (codegen/half_fns.py Rounding)
+    rounding: object = None
     #: a work-group barrier that also orders global memory: work-items that read a global
     #: value another work-item of the group then writes need it (OpenCL's local-memory
     #: barrier orders local memory only; CUDA's __syncthreads orders both)
@@ -296,11 +298,6 @@ class Dialect:
                (self.bf16_load_fn, "bfloat16" in loads), (self.bf16_store_fn, "bfloat16" in stores))
         return "\n".join(fn for fn, used in fns if used and fn)
 
-    @property
-    def half_preamble(self) -> str:
-        """Both float16 helpers (for a kernel that loads and stores float16)."""
-        return self.half_helpers(True, True)
-
     def index_type(self, wide: bool) -> str:
         return self.types["int64"] if wide else "int"
 
@@ -348,6 +345,7 @@ CUDA = Dialect(
     bf16_load="__uint_as_float((unsigned int){ptr}[{index}] << 16)",
     bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
     bf16_store_fn=_half.CUDA_F2BF,
+    rounding=_half.CUDA_ROUNDING,
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
     sync=CUDA_SYNC,
@@ -382,6 +380,7 @@ OPENCL = Dialect(
     bf16_load="as_float((uint){ptr}[{index}] << 16)",
     bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
     bf16_store_fn=_half.OPENCL_F2BF,
+    rounding=_half.OPENCL_ROUNDING,
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
     sync=OPENCL_SYNC,
