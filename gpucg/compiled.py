@@ -97,7 +97,7 @@ class CompiledOp:
         names = self.op.input_names[:len(self.input_types)]
         # derived sizes (floor(h/2 - 1/2) + 1 with h no input's whole dimension) become size
         # symbols of their own for the type relation, the strategy and the dispatcher
-        derivation = derive(self.input_types, names)
+        derivation = derive(self.input_types)
         types = derivation.types
         out_types = self.op.infer(types, self.attrs)
         self.output_types = derivation.shown_types(out_types)

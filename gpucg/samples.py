@@ -20,10 +20,11 @@ TF32_TOLERANCE = dict(TOLERANCE, float32=2e-3)
 
 def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | None = None,
                   magnitude: tuple[float, float] = (0.9, 1.1),
-                  signed: bool = False) -> list[np.ndarray]:
+                  signed: bool = False, op=None, attrs=None) -> list[np.ndarray]:
     """Arrays for ``input_types``: booleans half set, integers in [-3, 3] ([0, 3] unsigned,
     so products stay in range), floats of a magnitude in ``magnitude`` (both signs when
-    ``signed``, so sums cancel as in real data).
+    ``signed``, so sums cancel as in real data); then, given the operator (an OpDef) and its
+    attributes, made valid for it by its ``kernel_info.valid_samples``.
 
     ``sizes`` gives the value of each symbolic dimension (every dimension must be an int
     without it).
@@ -44,14 +45,8 @@ def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | Non
             if signed:
                 value = value * rng.choice([-1.0, 1.0], size=shape)
             out.append(value.astype(numpy_dtype(t.dtype)))
-    return out
-
-
-def op_samples(op, input_types, rng: np.random.Generator, **kwargs) -> list[np.ndarray]:
-    """:func:`sample_inputs` for operator ``op`` (an OpDef), made valid by its ``samples``
-    hook where it has one (index arrays in range)."""
-    arrays = sample_inputs(input_types, rng, **kwargs)
-    return list(op.samples(arrays, rng)) if op.samples is not None else arrays
+    fix = getattr(getattr(op, "kernel_info", None), "valid_samples", None)
+    return list(fix(out, attrs, rng)) if fix is not None else out
 
 
 def mismatch(got, want, tolerance: Mapping[str, float] = TOLERANCE) -> str:

@@ -134,6 +134,20 @@ def nvrtc_or_skip():
 
 
 @pytest.fixture
+def sass_or_skip(nvrtc_or_skip):
+    """cuobjdump's version (skips where it is absent, fails where GPUCG_REQUIRE has sass)."""
+    from gpucg.errors import BackendUnavailableError
+    from gpucg.verify import sass
+
+    try:
+        return sass.version()
+    except BackendUnavailableError as exc:
+        if _require("sass"):
+            pytest.fail(f"cuobjdump is required (GPUCG_REQUIRE) but unavailable: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture
 def oclgrind_or_skip():
     """Oclgrind's runtime (skips with the reason where it is absent, fails where required)."""
     from gpucg.verify import oclgrind

@@ -12,19 +12,7 @@ import gpucg
 from gpucg.errors import BackendUnavailableError
 from gpucg.verify import resources as res, sass
 
-from conftest import _require
-
 ARCHS = ("sm_80", "sm_90")
-
-
-@pytest.fixture
-def sass_or_skip(nvrtc_or_skip):
-    try:
-        return sass.version()
-    except BackendUnavailableError as exc:
-        if _require("sass"):
-            pytest.fail(f"cuobjdump is required (GPUCG_REQUIRE) but unavailable: {exc}")
-        pytest.skip(str(exc))
 
 
 def mixes(op, *types, impl, arch, **attrs):

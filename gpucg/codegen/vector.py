@@ -4,7 +4,7 @@ an OpenCL vector type), unpacked to or packed from the elements' compute type.
 A vector of 4- or 8-byte elements is the language's own vector type (float4, int4, double2,
 64-bit pairs); 16- and 8-bit elements travel as a vector of four 32-bit words (uint4) and are
 shifted out of (or into) them, float16 converted by the dialect's helpers, bfloat16 by a shift
-into a float's upper half. OpenCL's float16 buffers are ``half`` pointers: vloada_half8 and
+into a float's upper half, FP8 by the format's conversions of its bits (gpucg/codegen/fp8.py). OpenCL's float16 buffers are ``half`` pointers: vloada_half8 and
 vstorea_half8_rte move eight of them 16-byte aligned without cl_khr_fp16.
 
 The address of every access must be a multiple of 16 bytes (the dispatcher checks the
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DTypeError
-from ..half import HALF_DTYPES
+from ..half import FP8_DTYPES, HALF_DTYPES
 from ..shape import DTYPES
 
 #: bytes one vector access moves
@@ -28,10 +28,10 @@ _COMP = "xyzw"
 
 
 def itemsize(dtype: str) -> int:
-    """Bytes of one element of a whitelisted dtype (16-bit floats: their storage)."""
+    """Bytes of one element of a whitelisted dtype (narrow floats: their storage)."""
     if dtype not in DTYPES:
         raise DTypeError(f"dtype {dtype!r} has no vector access; allowed: {', '.join(DTYPES)}")
-    return 2 if dtype in HALF_DTYPES else np.dtype(dtype).itemsize
+    return 2 if dtype in HALF_DTYPES else 1 if dtype in FP8_DTYPES else np.dtype(dtype).itemsize
 
 
 def lanes(dtype: str) -> int:
@@ -123,6 +123,8 @@ def _unpack(d, word: str, shift: int, dtype: str, half: str) -> str:
         bits = f"({word} << 16)" if shift == 0 else f"({word} & 0xFFFF0000U)"
         return f"{d.vector.as_float}({bits})"
     part = f"({word} >> {shift})" if shift else word
+    if half in FP8_DTYPES:
+        return d.formats[half].from_bits.format(bits=f"({part} & 0xFFU)")
     if half == "float16":
         return f"gpucg_h2f(({d.utype(16)}){part})"
     return f"({d.type(dtype)}){part}"
@@ -169,6 +171,8 @@ def _bits(d, value: str, dtype: str, half: str) -> str:
         return f"({u32})gpucg_f2h({value})"
     if half == "bfloat16":
         return f"({u32})gpucg_f2bf({value})"
+    if half in FP8_DTYPES:
+        return f"({u32}){d.formats[half].to_bits.format(value=value)}"
     return f"({u32})({d.utype(itemsize(dtype) * 8)})({d.type(dtype)})({value})"
 
 

@@ -134,7 +134,7 @@ def paged_reference(q, kc, vc, bt, sl, attrs):
     return out.astype(q.dtype)
 
 
-def sample_tables(arrays, rng):
+def sample_tables(arrays, attrs, rng):
     """Valid block tables and lengths for made-up inputs (each sequence's blocks distinct,
     lengths from 0 to the table's capacity, ending mid-block), or slot mappings (distinct
     slots, some -1)."""
@@ -188,11 +188,11 @@ def _paged_cases():
 
 register_op("paged_attention", attrs=PagedAttentionAttrs, num_inputs=5,
             type_rel=_paged_rel, constraints=_paged_constraints, pattern=OpPattern.OPAQUE,
-            reference=paged_reference, cases=_paged_cases, samples=sample_tables,
-            compulsory=paged_traffic,
+            reference=paged_reference, cases=_paged_cases, compulsory=paged_traffic,
             input_names=("q", "k_cache", "v_cache", "block_table", "seq_lens"),
             doc="attention of new tokens over a paged KV cache (block table, causal, GQA).",
-            kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
+            kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16"),
+                                   valid_samples=sample_tables),
             # heads and head dims are a model's constants: the kernels pack a KV head's group
             static_axes=lambda attrs: ({2, 3}, {2, 3}, {2, 3}, set(), set()),
             example=lambda: ((TensorType((var("b"), var("sq"), 32, 128), "float16"),
@@ -257,11 +257,12 @@ def _write_cases():
 
 register_op("kv_cache_write", num_inputs=5, type_rel=_write_rel,
             constraints=_write_constraints, pattern=OpPattern.OPAQUE, reference=write_reference,
-            cases=_write_cases, samples=sample_tables, inplace={0: 2, 1: 3},
+            cases=_write_cases, inplace={0: 2, 1: 3},
             compulsory=write_traffic,
             input_names=("k", "v", "k_cache", "v_cache", "slot_mapping"),
             doc="write new tokens' keys and values into a paged KV cache, in place.",
-            kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
+            kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16"),
+                                   valid_samples=sample_tables),
             static_axes=lambda attrs: ({1, 2}, {1, 2}, {2, 3}, {2, 3}, set()),
             example=lambda: ((TensorType((var("t"), 8, 128), "float16"),
                               TensorType((var("t"), 8, 128), "float16"),

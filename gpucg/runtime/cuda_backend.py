@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen import CUDA
 from ..errors import (CompileError, DTypeError, InputError, LaunchError, ResourceError,
                       TargetUnavailableError)
-from ..half import is_bfloat16
+from ..half import is_ml_dtype
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key
@@ -66,10 +66,11 @@ class CudaProgram(Program):
 
 
 def _no_bfloat16(dtype) -> None:
-    if is_bfloat16(dtype):
-        raise DTypeError("dtype bfloat16 cannot be held in a CuPy array (CuPy has no bfloat16); "
-                         "run bfloat16 on the numpy or opencl target (its CUDA kernels compile "
-                         "and are checked with NVRTC)")
+    if is_ml_dtype(dtype):
+        name = getattr(dtype, "name", dtype)
+        raise DTypeError(f"dtype {name} cannot be held in a CuPy array (CuPy has no such "
+                         f"dtype); run {name} on the numpy or opencl target (its CUDA kernels "
+                         "compile and are checked with NVRTC)")
 
 
 class CudaBackend(Backend):

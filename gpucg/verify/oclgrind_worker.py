@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..samples import TF32_TOLERANCE, TOLERANCE, mismatch, op_samples
+from ..samples import TF32_TOLERANCE, TOLERANCE, mismatch, sample_inputs
 from ..procwatch import resident
 from .oclgrind import RECYCLE, Result, Task, parse_counts, parse_log
 
@@ -47,8 +47,9 @@ def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
     try:
         compiled = compile_op(task.op, *case.inputs, target="opencl", impl=task.impl,
                               index=task.index, records=False, **case.attrs)
-        inputs = op_samples(op, case.inputs, np.random.default_rng(task.case),
-                            magnitude=(0.75, 1.25), signed=True)
+        inputs = sample_inputs(case.inputs, np.random.default_rng(task.case),
+                               magnitude=(0.75, 1.25), signed=True, op=op,
+                               attrs=compiled.attrs)
         got = compiled(*inputs)
         res.impl = compiled.last_impl or ""
         want = op.reference(*inputs, compiled.attrs)
