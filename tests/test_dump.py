@@ -124,6 +124,13 @@ CALLS = [
      + (T((m, k), "bool"),), dict(layout="BSHD", softcap=30.0)),
     ("attention_additive_mask_bfloat16", "attention", (T((n, 4, m, 80), "bfloat16"),)
      + (T((n, 4, k, 80), "bfloat16"),) * 2 + (T((n, 1, m, k), "float32"),), {}),
+    ("attention_window_alibi", "attention", (T((n, 8, m, 128), "float16"),)
+     + (T((n, 2, k, 128), "float16"),) * 2, dict(window=100, alibi_slopes=(0.5,) * 8)),
+    ("paged_attention_window_alibi", "paged_attention",
+     (T((n, m, 8, 64), "float16"),) + (T((k, 16, 2, 64), "float16"),) * 2
+     + (T((n, 4), "int32"), T((n,), "int32")), dict(window=32, alibi_slopes=(0.25,) * 8)),
+    ("kv_cache_write_int64_slots", "kv_cache_write", (T((n, 2, 64), "float16"),) * 2
+     + (T((k, 16, 2, 64), "float16"),) * 2 + (T((n,), "int64"),), {}),
 ]
 TARGETS = ["cuda", "opencl"]
 
