@@ -76,6 +76,11 @@ CALLS = [
     ("rotary_gptj_partial_bfloat16", "rotary_embedding",
      (T((n, 8, 80), "bfloat16"), T((m, 32), "bfloat16"), T((m, 32), "bfloat16"),
       T((n,), "int32")), dict(style="gptj", rotary_dim=64)),
+    ("dense_int4_zeros_bias", "dense_int4", (T((n, 4096), "float16"), T((m, 2048), "uint8"),
+                                             T((m, 32), "float16"), T((m,), "float16"),
+                                             T((m, 32), "uint8")), {}),
+    ("dense_int8_bfloat16", "dense_int8", (T((n, k), "bfloat16"), T((m, k), "int8"),
+                                           T((m,), "float32")), {}),
     ("activations_fused_float16", "fused", (T((n, m), "float16"), T((n, m), "float16")),
      dict(expr="multiply(silu(x0), add(mish(x1), selu(hardsigmoid(elu(softplus(hardswish(x0)"
                "), alpha=0.5), alpha=0.25))))")),

@@ -19,6 +19,7 @@ from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, elu, equa
 from .gated import gelu_and_mul, silu_and_mul
 from .norm import layer_norm, log_softmax, rms_norm, softmax
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
+from .quant_dense import dense_int4, dense_int8
 from .rotary import rotary_embedding
 from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
                      sum)
@@ -39,4 +40,4 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
            "strided_slice", "take", "batch_norm", "fold_batch_norm",
-           "silu_and_mul", "gelu_and_mul", "rotary_embedding", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]
+           "silu_and_mul", "gelu_and_mul", "rotary_embedding", "dense_int4", "dense_int8", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]
