@@ -16,6 +16,7 @@ import os
 import warnings
 
 import numpy as np
+from onnx_models import randomize_norms
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -176,21 +177,9 @@ def _seed():
 def _vision(build, side):
     _seed()
     module = build().eval()
-    _randomize_norms(module)
+    randomize_norms(module)
     feeds = _images()
     return Spec(module, _tensor_inputs(feeds, 2, side), {"x": {0: "batch"}}, feeds)
-
-
-def _randomize_norms(module, seed: int = 0) -> None:
-    """Batch norms with running statistics that are not the identity (random weights)."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    for m in module.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            c = m.num_features
-            m.running_mean.copy_(torch.randn(c, generator=g) * 0.1)
-            m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
 
 
 def resnet50(size="tiny"):

@@ -102,6 +102,8 @@ CALLS = [
      dict(out_dtype="float16")),
     ("topk_k300_bfloat16", "topk", (T((n, m), "bfloat16"),), dict(k=300)),
     ("rms_norm", "rms_norm", (T((n, m)), T((m,))), {}),
+    ("rms_norm_residual_float16", "rms_norm", (T((n, m), "float16"), T((m,), "float16"),
+                                               T((n, m), "float16")), {}),
     ("log_softmax_columns", "log_softmax", (T((n, m)),), dict(axis=0)),
     ("max_pool_ceil", "max_pool2d", (T((n, 8, h, w)),),
      dict(kernel=3, strides=2, padding=1, ceil_mode=True)),

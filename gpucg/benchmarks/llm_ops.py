@@ -3,7 +3,8 @@ input read once, every output written once).
 
 Cases (LLaMA-7B's sizes, float32 so that the CPU peers compute natively): silu_and_mul and
 gelu_and_mul of a decode batch (16, 2 * 11008) and a prefill (512, 2 * 11008);
-rotary_embedding (neox) of 16 and 512 tokens of 32 heads of 128 from a 4096-position cache.
+rotary_embedding (neox) of 16 and 512 tokens of 32 heads of 128 from a 4096-position cache;
+rms_norm with a residual (hidden 4096) of 16 and 512 tokens (its first output compared).
 The peers compute the same result unfused (torch: F.silu(gate) * up, vLLM's forward_native
 RoPE; NumPy: the formulas); vLLM's and
 FlashInfer's fused CUDA kernels are "not measured on a GPU" here. Goals: on the CPU, OpenCL
@@ -75,9 +76,27 @@ def _rope(tokens: int, heads: int = 32, d: int = 128):
             torch_fn, moved)
 
 
+def _add_rms_norm(tokens: int, d: int = 4096):
+    def make(rng):
+        return (rng.standard_normal((tokens, d)).astype(np.float32),
+                rng.uniform(0.5, 1.5, d).astype(np.float32),
+                rng.standard_normal((tokens, d)).astype(np.float32)), {}
+
+    def numpy_fn(x, g, r):
+        h = x + r
+        return h / np.sqrt(np.mean(h * h, -1, keepdims=True) + 1e-6) * g
+
+    def torch_fn(x, g, r):
+        import torch.nn.functional as F
+        h = x + r
+        return F.rms_norm(h, (d,), g, 1e-6)
+    return (f"rms_norm + residual ({tokens}, {d})", "rms_norm", make, numpy_fn, torch_fn,
+            tokens * d * 4 * 4 + d * 4)  # x, residual read; y, h written; gamma
+
+
 #: (name, op, make(rng) -> (arrays, attrs), numpy peer, torch peer, bytes moved)
 CASES = [_gated("silu_and_mul", 16), _gated("silu_and_mul", 512), _gated("gelu_and_mul", 16),
-         _rope(16), _rope(512)]
+         _rope(16), _rope(512), _add_rms_norm(16), _add_rms_norm(512)]
 
 
 def _peers(arrays, numpy_fn, torch_fn, repeat: int):
@@ -119,9 +138,10 @@ def main(argv=()) -> int:
     print(banner("llm_ops"))
     for name, op, make, numpy_fn, torch_fn, nbytes in CASES:
         arrays, attrs = make(rng)
-        if args.quick:  # an eighth of the rows (tokens); the caches stay
-            arrays = tuple(a if op == "rotary_embedding" and i in (1, 2)
-                           else a[:max(1, len(a) // 8)] for i, a in enumerate(arrays))
+        if args.quick:  # an eighth of the rows (tokens); caches and gamma stay
+            keep = {"rotary_embedding": (1, 2), "rms_norm": (1,)}.get(op, ())
+            arrays = tuple(a if i in keep else a[:max(1, len(a) // 8)]
+                           for i, a in enumerate(arrays))
             nbytes = max(1, nbytes // 8)
         want = numpy_fn(*arrays)
         peers = _peers(arrays, numpy_fn, torch_fn, args.repeat)

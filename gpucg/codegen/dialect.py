@@ -273,6 +273,20 @@ class Dialect:
             return f"{ptr}[{index}] = {value};"
         return self.formats[fmt].store.format(ptr=ptr, index=index, value=value)
 
+    def round_to(self, value: str, half) -> str:
+        """The float ``value`` rounded to the narrow format ``half`` and back (what a store then
+        a load gives, in a register); ``value`` itself for other buffers. The kernel defines
+        the format's load and store helpers (:meth:`half_helpers`) and :meth:`round_helpers`."""
+        fmt = self.half_format(half)
+        if fmt and not self.formats[fmt].round:
+            raise DTypeError(f"{self.name}: no rounding to {fmt} in a register")
+        return self.formats[fmt].round.format(value=value) if fmt else value
+
+    def round_helpers(self, half) -> str:
+        """The helper :meth:`round_to` needs for ``half`` beyond the load and store ones."""
+        fmt = self.half_format(half)
+        return self.formats[fmt].round_fn if fmt else ""
+
     def _formats(self, used) -> set:
         items = used if isinstance(used, (list, tuple, set, frozenset)) else (used,)
         return {f for f in map(self.half_format, items) if f}
