@@ -13,7 +13,8 @@ import numpy as np
 from .half import is_float, numpy_dtype
 
 #: float tolerance, relative to the largest finite magnitude of the reference (at least 1)
-TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9}
+TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9,
+             "float8_e4m3fn": 1.3e-1, "float8_e5m2": 2.5e-1}
 #: the same where float32 products may round their operands to TF32 (allow_tf32: 10 mantissa bits)
 TF32_TOLERANCE = dict(TOLERANCE, float32=2e-3)
 
