@@ -142,6 +142,9 @@ CALLS = [
     ("paged_attention_window_alibi", "paged_attention",
      (T((n, m, 8, 64), "float16"),) + (T((k, 16, 2, 64), "float16"),) * 2
      + (T((n, 4), "int32"), T((n,), "int32")), dict(window=32, alibi_slopes=(0.25,) * 8)),
+    ("attention_varlen_window_alibi", "attention_varlen", (T((n, 8, 64), "float16"),)
+     + (T((k, 2, 64), "float16"),) * 2 + (T((m,), "int32"),) * 2,
+     dict(causal=True, window=16, alibi_slopes=(0.5,) * 8)),
     ("kv_cache_write_int64_slots", "kv_cache_write", (T((n, 2, 64), "float16"),) * 2
      + (T((k, 16, 2, 64), "float16"),) * 2 + (T((n,), "int64"),), {}),
 ]

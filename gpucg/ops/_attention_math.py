@@ -141,5 +141,5 @@ def check_cu_seqlens(cu, total: int, name: str, op: str) -> None:
         raise InputError(f"{op}: {name}[{i + 1}] = {int(c[i + 1])} is below {name}[{i}] = "
                          f"{int(c[i])}; cumulative lengths never decrease")
     if c[-1] != total:
-        raise InputError(f"{op}: {name}[-1] = {int(c[-1])} must equal the rows it indexes "
-                         f"({total})")
+        raise InputError(f"{op}: {name}[{c.size - 1}] = {int(c[-1])}, its last entry, must "
+                         f"equal the rows it indexes ({total})")

@@ -108,11 +108,11 @@ def _low_occupancy(p) -> str:
 
 
 ATTENTION_SIMT = kernel_impl("attention_simt", _simt_run, main=Kernel(
-    "attention/simt.j2", {"split": False}, spills=_spills, low_occupancy=_low_occupancy,
+    "attention/simt.j2", {"split": False, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
     doc="a tile of query rows a work-group, keys and values streamed, online softmax"))
 ATTENTION_SPLIT = kernel_impl(
     "attention_split", _split_run,
-    part=Kernel("attention/simt.j2", {"split": True}, spills=_spills, low_occupancy=_low_occupancy,
+    part=Kernel("attention/simt.j2", {"split": True, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
                 doc="pass 1: a part of the keys a work-group, a partial output and its lse"),
     combine=Kernel("attention/combine.j2", derive=lambda p: {"wg": p["combine_wg"]},
                    doc="pass 2: the partial outputs combined by their log-sum-exps"))
