@@ -10,10 +10,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .half import is_float
+from .half import is_float, numpy_dtype
 
 #: float tolerance, relative to the largest finite magnitude of the reference (at least 1)
-TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9}
+TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9,
+             "float8_e4m3fn": 1.3e-1, "float8_e5m2": 2.5e-1}
 #: the same where float32 products may round their operands to TF32 (allow_tf32: 10 mantissa bits)
 TF32_TOLERANCE = dict(TOLERANCE, float32=2e-3)
 
@@ -44,7 +45,7 @@ def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | Non
             value = rng.uniform(*magnitude, size=shape)
             if signed:
                 value = value * rng.choice([-1.0, 1.0], size=shape)
-            out.append(value.astype(t.dtype))
+            out.append(value.astype(numpy_dtype(t.dtype)))
     fix = getattr(getattr(op, "kernel_info", None), "valid_samples", None)
     return list(fix(out, attrs, rng)) if fix is not None else out
 

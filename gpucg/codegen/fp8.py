@@ -118,8 +118,8 @@ OPENCL_SPELLING = Fp8Spelling("static inline", "uint", "uchar", "as_uint({x})",
 def _guarded(sp: Fp8Spelling, native: str, portable: str) -> str:
     if not sp.native:
         return portable
-    return (f"#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= {NATIVE_CUDA_ARCH}\n{native}"
-            f"#else\n{portable}#endif\n")
+    return (f"    #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= {NATIVE_CUDA_ARCH}\n{native}"
+            f"    #else\n{portable}    #endif\n")
 
 
 def decode_fn(f: Fp8Format, sp: Fp8Spelling) -> str:

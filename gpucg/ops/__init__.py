@@ -10,6 +10,7 @@ from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
 from .dense import batch_matmul, dense, linear, matmul
+from .dense_fp8 import dense_fp8
 from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, elu, equal, erf,  # noqa: A004
                           exp, flip, fused, gelu, greater, greater_equal, hardsigmoid,
                           hardswish, leaky_relu, less, less_equal, log, maximum, minimum, mish,
@@ -39,4 +40,4 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
            "strided_slice", "take", "batch_norm", "fold_batch_norm",
-           "silu_and_mul", "gelu_and_mul", "rotary_embedding", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]
+           "silu_and_mul", "gelu_and_mul", "dense_fp8", "rotary_embedding", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..codegen.tma import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
+from ..half import numpy_dtype
 from ..runtime.tensor_map import TensorMapArg
 from . import nvrtc
 from .occupancy import limits
@@ -45,7 +46,7 @@ class StandInArray:
 
     def __init__(self, shape, dtype):
         self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = numpy_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype)
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.nbytes = self.size * self.dtype.itemsize
         self.ptr = next(_PTRS)
@@ -334,6 +335,10 @@ class StandInCupy:
         attributes: every kernel attribute set so far, (entry, name, value).
         check: compile each kernel to PTX and check every launch (NVRTC needed).
     """
+
+    #: its arrays hold no memory, so bfloat16 and FP8 arrays stand in too (real CuPy has
+    #: neither dtype): the launches of their kernels are checked like any other
+    any_dtype = True
 
     def __init__(self, arch: str = "sm_90", check: bool = True, device_count: int = 1,
                  name: str = "gpucg stand-in GPU"):
