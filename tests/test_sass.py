@@ -429,3 +429,30 @@ def test_half_gemv_loads_128_bits(sass_or_skip, arch, m):
                 impl="gemv", arch=arch)
     for kernel, mix in got.items():
         sass.assert_sass(mix, has=("LDG.128",), none=("LDL", "STL"), what=f"gemv/{kernel} {arch}")
+
+
+#: the decode kernels (Sq <= 16): dense cache and paged, GQA and MQA, D split across lanes
+DECODE = [("attention", "attention_decode", "float16", 128, 32, 8, {}),
+          pytest.param("attention", "attention_decode", "float32", 80, 8, 1, {"causal": True},
+                       marks=pytest.mark.exhaustive),
+          pytest.param("paged_attention", "paged_decode", "float16", 128, 32, 8, {},
+                       marks=pytest.mark.exhaustive),
+          ("paged_attention", "paged_decode", "float16", 64, 8, 1, {"window": 64})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,impl,dtype,d,hq,hkv,attrs", DECODE, ids=lambda v: str(v))
+def test_decode_loads_through_cp_async_and_shuffles(sass_or_skip, arch, op, impl, dtype, d, hq,
+                                                     hkv, attrs):
+    """The decode kernels' default configs: K and V tiles by cp.async (LDGSTS), read back 128
+    bits at a time (LDS.128), each dot product's lane parts added by shuffles (SHFL), no local
+    memory (no spills, the register arrays unrolled)."""
+    t = gpucg.tensor
+    if op == "attention":
+        types = (t((4, hq, 1, d), dtype), t((4, hkv, 8192, d), dtype), t((4, hkv, 8192, d), dtype))
+    else:
+        types = (t((4, 1, hq, d), dtype), t((2048, 16, hkv, d), dtype),
+                 t((2048, 16, hkv, d), dtype), t((4, 256), "int32"), t((4,), "int32"))
+    got = mixes(op, *types, impl=impl, arch=arch, **attrs)
+    sass.assert_sass(got["main"], has=("LDGSTS", "LDS.128", "SHFL"), none=("LDL", "STL"),
+                     what=f"{op} {impl}/main {dtype} D={d} {arch}")
