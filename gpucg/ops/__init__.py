@@ -19,7 +19,9 @@ from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, elu, equa
                           tanh, transpose, where)
 from .gated import gelu_and_mul, silu_and_mul
 from .norm import layer_norm, log_softmax, rms_norm, softmax
+from .paged_attention import kv_cache_write, paged_attention
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
+from .quant_dense import dense_int4, dense_int8
 from .rotary import rotary_embedding
 from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
                      sum)
@@ -40,4 +42,6 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
            "strided_slice", "take", "batch_norm", "fold_batch_norm",
-           "silu_and_mul", "gelu_and_mul", "dense_fp8", "rotary_embedding", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]
+           "silu_and_mul", "gelu_and_mul", "rotary_embedding", "dense_int4", "dense_int8",
+           "dense_fp8", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu",
+           "paged_attention", "kv_cache_write"]
