@@ -97,7 +97,6 @@ CALLS = [
                                           T((64,), "bfloat16"), T((n, 64), "bfloat16")),
      dict(activation="relu")),
     ("add_bfloat16_float16", "add", (T((n, m), "bfloat16"), T((m,), "float16")), {}),
-    ("multiply_float8_e5m2", "multiply", (T((n, m), "float8_e5m2"), T((m,), "float8_e5m2")), {}),
     ("cast_float32_float8", "cast", (T((n,), "float32"),), dict(dtype="float8_e4m3fn")),
     ("dense_fp8_blockwise", "dense_fp8", (T((n, 256), "float8_e4m3fn"), T((64, 256), "float8_e5m2"),
                                           T((n, 2), "float32"), T((1, 2), "float32"),

@@ -456,3 +456,28 @@ def test_decode_loads_through_cp_async_and_shuffles(sass_or_skip, arch, op, impl
     got = mixes(op, *types, impl=impl, arch=arch, **attrs)
     sass.assert_sass(got["main"], has=("LDGSTS", "LDS.128", "SHFL"), none=("LDL", "STL"),
                      what=f"{op} {impl}/main {dtype} D={d} {arch}")
+
+
+def test_fp8_conversions_are_one_instruction_from_sm_89(sass_or_skip):
+    """FP8 stores and loads on sm_90: the PTX cvt is one F2FP (SATFINITE...E4M3.F32 packing a
+    store, F16.E5M2.UNPACK_B widening a load); below sm_89 the integer arithmetic."""
+    from gpucg.verify import nvrtc
+
+    n = gpucg.var("n")
+    for src, dst, want in (("float32", "float8_e4m3fn", "F2FP.SATFINITE.E4M3.F32"),
+                           ("float8_e5m2", "float32", "F2FP.F16.E5M2.UNPACK_B")):
+        f = gpucg.compile("cast", gpucg.tensor((n,), src), dtype=dst, target="cuda")
+        cubin, _ = nvrtc.compile_to_cubin(f.source(0, "main"), "sm_90")
+        ops = [o for kernel in sass.parse_sass(sass.disassemble(cubin)).values() for o in kernel]
+        assert any(o.startswith(want) for o in ops), sorted(set(ops))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_dense_fp8_tile_reads_shared_memory_128_bits_at_a_time(sass_or_skip, arch):
+    """dense_fp8's SIMT tile (FP8 dequantized in registers) on its 4096^3 blockwise bench case:
+    LDS.128 fragment reads, FFMA, barriers, no local memory, no tensor cores (those come with
+    the tile layer)."""
+    case = gpucg.get_op("dense_fp8").representative("bench")[0]
+    mix = mixes("dense_fp8", *case.inputs, impl="fp8_tiled", arch=arch, **case.attrs)["gemm"]
+    sass.assert_sass(mix, has=("LDS.128", "FFMA", "BAR"), none=("LDL", "STL", "HMMA"),
+                     what=f"dense_fp8 fp8_tiled {arch}")
