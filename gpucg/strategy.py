@@ -19,8 +19,9 @@ import sympy
 from .records import apply as _tuned
 from .space import Config, ConfigSpace
 from .condition import SpecializedCondition
-from .errors import InputError, StrategyError
+from .errors import GpucgError, InputError, StrategyError
 from .implementation import Excluded, ImplDecl, Implementation, _deprecated_params
+from .target import Target
 
 log = logging.getLogger("gpucg.select")
 
@@ -211,6 +212,8 @@ class Selection:
     #: tuning records: where they were read, and which were ignored and why
     records: str = ""
     ignored: list = dataclasses.field(default_factory=list)
+    #: the target's limits and instructions selection read (gpucg.arch.Capabilities.describe)
+    limits: str = ""
 
     def __str__(self) -> str:
         ins = ", ".join(map(str, self.input_types))
@@ -218,6 +221,8 @@ class Selection:
         attrs = ", ".join(f"{k}={v!r}" for k, v in self.attrs.items())
         head = [f"{self.op}({ins}; {attrs}) -> {outs} on {self.target}",
                 "dispatch at run time" if self.dynamic else "decided at compile time"]
+        if self.limits:
+            head.append(f"limits: {self.limits}")
         w = max(len(c.name) for c in self.candidates)
         rows = [f"  {c.name:<{w}}  plevel {c.plevel:>3}  {c.verdict:<10} if {c.condition}: {c.reason}"
                 for c in self.candidates]
@@ -291,6 +296,15 @@ def _guarded(choices: list, cands: dict) -> list:
     return out
 
 
+def _limits(target) -> str:
+    """The capability line explain prints: the limits and instructions strategies read."""
+    try:
+        caps = Target(target).capabilities
+    except GpucgError:
+        return ""
+    return caps.describe() if caps.smem_per_block_optin else ""
+
+
 def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, target,
            records=None) -> Selection:
     """Choose among a strategy's implementations for these input types.
@@ -362,7 +376,8 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
     sel = Selection(op, str(target), tuple(input_types), tuple(output_types), dict(attrs),
                     choices, [cands[n] for n in strategy.order], dynamic,
                     plan.source if plan is not None else "",
-                    plan.ignored if plan is not None else [])
+                    plan.ignored if plan is not None else [],
+                    _limits(target))
     if dynamic:
         log.info("%s on %s for %s: dispatching at run time among %s", op, target,
                  ", ".join(map(str, input_types)),

@@ -126,6 +126,14 @@ class Target:
         """True when the kernels run on a CPU device (PoCL): strategies prefer other kernels."""
         return self.device_type == "cpu"
 
+    @property
+    def capabilities(self):
+        """What the target's hardware can do and its limits (gpucg.arch.Capabilities): every
+        capability test and shared-memory budget of the strategies reads it."""
+        from .arch import capabilities
+
+        return capabilities(self)
+
     def with_attrs(self, **attrs) -> "Target":
         t = Target(self)
         t.attrs.update({k: v for k, v in attrs.items() if v is not None})

@@ -44,6 +44,22 @@ def _clip(v, lo, hi):
     return v if v < hi else hi
 
 
+def _softplus(v):
+    return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
+
+
+def _elu(v, alpha=1.0):
+    return v if v > 0 else alpha * math.expm1(v)
+
+
+def _times(f):
+    """v * f(v) with PyTorch's values at the infinities: -inf * 0 is NaN there, +inf stays."""
+    return lambda v: math.nan if v == -math.inf else v if v == math.inf else v * f(v)
+
+
+_SELU = (1.67326319217681884765625, 1.05070102214813232421875)  # ONNX's alpha, gamma
+
+
 #: the operators' math in float64, for a non-NaN float input (every NaN gives NaN)
 REF = {
     "exp": _exp,
@@ -61,10 +77,19 @@ REF = {
     "relu": lambda v: v if v > 0 else 0.0,
     "leaky_relu": lambda v: v if v > 0 else 0.01 * v,
     "relu6": lambda v: _clip(v, 0.0, 6.0),
+    "silu": _times(_sigmoid),
+    "hardswish": _times(lambda v: _clip(v + 3.0, 0.0, 6.0) / 6.0),
+    "hardsigmoid": lambda v: _clip(0.2 * v + 0.5, 0.0, 1.0),
+    "softplus": _softplus,
+    "mish": _times(lambda v: math.tanh(_softplus(v))),
+    "elu": _elu,
+    "selu": lambda v: _SELU[1] * _elu(v, _SELU[0]),
 }
 #: case -> (operator, attributes)
 OPS = {name: (name, {}) for name in ("exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid",
-                                      "tanh", "erf", "gelu", "relu", "leaky_relu")}
+                                      "tanh", "erf", "gelu", "relu", "leaky_relu", "silu",
+                                      "hardswish", "hardsigmoid", "softplus", "mish", "elu",
+                                      "selu")}
 OPS["gelu_tanh"] = ("gelu", {"approximate": "tanh"})
 OPS["relu6"] = ("clip", {"a_min": 0.0, "a_max": 6.0})
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")

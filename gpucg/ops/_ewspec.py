@@ -7,7 +7,12 @@ a ufunc's rules (sigmoid and gelu compute as exp does) or keep the dtype (relu, 
 kernel casts each operand to its loop dtype, computes there (float16 and bfloat16 in float32:
 they are only stored), and casts the result to the output dtype. bfloat16 (ml_dtypes) promotes
 as float16 does in NumPy 2 (a Python float stays weak; with int8 it stays bfloat16); bfloat16
-with float16 gives float32.
+with float16 gives float32. An FP8 format promotes likewise (as ml_dtypes does where it
+defines a promotion: with bool, int8, uint8 and Python scalars it stays FP8, with float32 it
+gives float32); where ml_dtypes has none, gpucg takes the smallest float holding both operands
+exactly: the 16-bit format beside it, float16 for the two FP8 formats together, float32 with
+16-bit integers. Every operand is converted to float32 exactly (an int8 is not rounded to FP8
+first) and the result is rounded once, when it is stored.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import numpy as np
 
 from ..codegen import literals
 from ..errors import AttrError, DTypeError
+from ..half import FP8_DTYPES, ML_DTYPES
 from ..shape import DTYPES
 from ._unary import TABLE, Lit, clip_c
 
 UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid", "tanh", "erf", "gelu",
-         "relu", "leaky_relu", "clip")
+         "relu", "leaky_relu", "clip", "silu", "hardswish", "hardsigmoid", "softplus", "mish",
+         "elu", "selu")
 COMPARISONS = {"equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=",
                "greater": ">", "greater_equal": ">="}
 BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum") \
@@ -35,6 +42,11 @@ DOCS = {"exp": "e ** x", "log": "the natural logarithm", "sqrt": "the square roo
         "erf": "the error function", "gelu": "x * Phi(x), exact (erf) or its tanh approximation",
         "relu": "max(x, 0), NaN kept", "leaky_relu": "x if x > 0 else alpha * x",
         "clip": "x limited to [a_min, a_max] (bounds in x's dtype), NaN kept",
+        "silu": "x * sigmoid(x) (swish)", "hardswish": "x * min(max(x + 3, 0), 6) / 6",
+        "hardsigmoid": "max(0, min(1, alpha * x + beta)), NaN kept",
+        "softplus": "log(1 + exp(x)), without overflow", "mish": "x * tanh(softplus(x))",
+        "elu": "x if x > 0 else alpha * (exp(x) - 1)",
+        "selu": "gamma * (x if x > 0 else alpha * (exp(x) - 1))",
         "add": "a + b", "subtract": "a - b", "multiply": "a * b", "divide": "a / b (true division)",
         "power": "a ** b (integers wrap; a negative integer exponent truncates toward zero)",
         "maximum": "the larger, NaN if either is", "minimum": "the smaller, NaN if either is",
@@ -43,11 +55,15 @@ DOCS = {"exp": "e ** x", "log": "the natural logarithm", "sqrt": "the square roo
         "where": "a where condition is nonzero, else b"}
 #: attributes (name -> default) of the operators that have some
 ATTRS = {"leaky_relu": {"alpha": 0.01}, "clip": {"a_min": None, "a_max": None},
-         "gelu": {"approximate": "none"}}
+         "gelu": {"approximate": "none"}, "hardsigmoid": {"alpha": 0.2, "beta": 0.5},
+         "elu": {"alpha": 1.0},
+         # ONNX's defaults (the float32 roundings of SELU's constants)
+         "selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}}
 
 _UFUNC = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": np.sqrt, "abs": np.absolute,
           "negative": np.negative, "sigmoid": np.exp, "tanh": np.tanh, "gelu": np.exp,
-          "erf": np.exp,
+          "erf": np.exp, **{op: np.exp for op in ("silu", "hardswish", "hardsigmoid",
+                                                   "softplus", "mish", "elu", "selu")},
           "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
           "power": np.power, "maximum": np.maximum, "minimum": np.minimum,
           **{op: getattr(np, op) for op in COMPARISONS}}
@@ -64,7 +80,7 @@ def check_attrs(op: str, attrs: dict) -> dict:
         raise AttrError(f"{op}: unknown attribute {unknown[0]!r}; allowed: "
                         f"{', '.join(allowed) or 'none'}")
     out = dict(allowed, **attrs)
-    for name in ("alpha", "a_min", "a_max"):
+    for name in ("alpha", "beta", "gamma", "a_min", "a_max"):
         if name in out and out[name] is not None:
             v = out[name]
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
@@ -94,6 +110,15 @@ def resolve(op: str, types: tuple, attrs: dict) -> tuple[tuple, str]:
     """(loop dtype names, output dtype name) of ``op`` on operand types (dtype names, or
     Python's int/float for weak scalars), as NumPy decides them; DTypeError where NumPy has
     no loop or gpucg no dtype."""
+    fp8 = sorted({t for t in types if t in FP8_DTYPES})
+    if fp8:
+        halves = {t for t in types if t in ("float16", "bfloat16")}
+        if len(fp8) > 1 or halves:  # no ml_dtypes promotion: the smallest float holding both
+            wide = "float16" if len(fp8) > 1 or "float16" in halves else "bfloat16"
+            return resolve(op, tuple(wide if t in FP8_DTYPES else t for t in types), attrs)
+        loop, out = resolve(op, tuple("float16" if t == fp8[0] else t for t in types), attrs)
+        back = lambda t: fp8[0] if t == "float16" else t  # noqa: E731
+        return tuple(back(t) for t in loop), back(out)
     if "bfloat16" in types:
         # ml_dtypes' own loops widen bfloat16 with a Python float to float32: promote it as
         # NumPy promotes float16 instead, and name the 16-bit result bfloat16 again
@@ -151,8 +176,8 @@ def _int_power(a, b):
 
 def evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
     """``op`` on NumPy arrays (or Python scalars), in the loop dtypes, as the output dtype."""
-    if "bfloat16" in loop:  # ml_dtypes rounds every step: compute in float32 as kernels do
-        loop = tuple("float32" if t == "bfloat16" else t for t in loop)
+    if any(t in ML_DTYPES for t in loop):  # ml_dtypes rounds every step: float32 as kernels do
+        loop = tuple("float32" if t in ML_DTYPES else t for t in loop)
     with np.errstate(all="ignore"):
         return _evaluate(op, [np.asarray(a, lt) for a, lt in zip(args, loop)], loop, out, attrs)
 

@@ -146,6 +146,68 @@ TABLE = {
     "clip": Unary(_clip_np, clip_c, _clip_grad),
 }
 
+def _softplus_np(x, attrs):
+    # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|) (NaN: e^NaN is NaN)
+    return np.maximum(x, x.dtype.type(0)) + np.log1p(np.exp(-np.absolute(x)))
+
+
+def _softplus_c(x, lit):
+    return f"(fmax({x}, {lit(0)}) + log1p(exp(-fabs({x}))))"
+
+
+def _elu_np(x, alpha):
+    return np.where(x > 0, x, x.dtype.type(alpha) * np.expm1(x))
+
+
+def _elu_c(x, lit, alpha):
+    return f"({x} > {lit(0)} ? {x} : {lit(alpha)} * expm1({x}))"
+
+
+def _hardsigmoid_c(x, lit, a):
+    return clip_c(f"({lit(a['alpha'])} * {x} + {lit(a['beta'])})", lit,
+                  {"a_min": 0.0, "a_max": 1.0})
+
+
+def _hardsigmoid_grad(a):
+    t = f"add(multiply(x1, {a['alpha']!r}), {a['beta']!r})"
+    return f"multiply(x0, multiply(multiply(greater({t}, 0), less({t}, 1)), {a['alpha']!r}))"
+
+
+_SOFTPLUS_T = "tanh(softplus(x1))"
+#: the activations ONNX names (Silu as PyTorch's), with PyTorch's values at the special
+#: points: the same formulas, so silu(-inf), mish(-inf) and hardswish(-inf) are NaN
+#: (-inf * 0) as in torch and onnxruntime; softplus and mish never overflow (e^-|x| only)
+TABLE.update({
+    "silu": Unary(lambda x, a: x / (1 + np.exp(-x)),
+                  lambda x, lit, a: f"({x} / ({lit(1)} + exp(-{x})))",
+                  lambda a: "multiply(x0, multiply(sigmoid(x1), add(1, multiply(x1, "
+                            "subtract(1, sigmoid(x1))))))"),
+    # torch's x * relu6(x + 3) / 6 (ONNX's x * max(0, min(1, x / 6 + 1 / 2)))
+    "hardswish": Unary(
+        lambda x, a: x * np.minimum(np.maximum(x + x.dtype.type(3), x.dtype.type(0)),
+                                    x.dtype.type(6)) / x.dtype.type(6),
+        lambda x, lit, a: f"({x} * fmin(fmax({x} + {lit(3)}, {lit(0)}), {lit(6)}) / {lit(6)})",
+        lambda a: "multiply(x0, where(less(x1, -3), 0, where(less_equal(x1, 3), "
+                  "add(divide(x1, 3), 0.5), 1)))"),
+    "hardsigmoid": Unary(
+        lambda x, a: _clip_np(x.dtype.type(a["alpha"]) * x + x.dtype.type(a["beta"]),
+                              {"a_min": 0.0, "a_max": 1.0}),
+        _hardsigmoid_c, _hardsigmoid_grad),
+    "softplus": Unary(_softplus_np, lambda x, lit, a: _softplus_c(x, lit),
+                      lambda a: "multiply(x0, sigmoid(x1))"),
+    "mish": Unary(lambda x, a: x * np.tanh(_softplus_np(x, a)),
+                  lambda x, lit, a: f"({x} * tanh({_softplus_c(x, lit)}))",
+                  lambda a: f"multiply(x0, add({_SOFTPLUS_T}, multiply(multiply(x1, sigmoid(x1)), "
+                            f"subtract(1, multiply({_SOFTPLUS_T}, {_SOFTPLUS_T})))))"),
+    "elu": Unary(lambda x, a: _elu_np(x, a["alpha"]), lambda x, lit, a: _elu_c(x, lit, a["alpha"]),
+                 lambda a: f"multiply(x0, where(greater(x1, 0), 1, multiply({a['alpha']!r}, "
+                           "exp(x1))))"),
+    "selu": Unary(lambda x, a: x.dtype.type(a["gamma"]) * _elu_np(x, a["alpha"]),
+                  lambda x, lit, a: f"({lit(a['gamma'])} * {_elu_c(x, lit, a['alpha'])})",
+                  lambda a: f"multiply(x0, multiply({a['gamma']!r}, where(greater(x1, 0), 1, "
+                            f"multiply({a['alpha']!r}, exp(x1)))))"),
+})
+
 #: the epilogue activations of conv2d and the GEMM family: name -> (operator, attributes)
 ACTIVATIONS = {"relu": ("relu", {}), "gelu": ("gelu", {"approximate": "none"}),
                "gelu_tanh": ("gelu", {"approximate": "tanh"}), "sigmoid": ("sigmoid", {}),

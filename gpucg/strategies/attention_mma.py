@@ -23,7 +23,7 @@ from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from .attention_args import common_args
-from .gemm_mma import PLEVEL_TWIN, SMEM_BYTES, mma_kind, pairs_ok
+from .gemm_mma import PLEVEL_TWIN, SMEM_BYTES, mma_kind, pairs_ok, tensor_cores
 
 #: above the SIMT kernel (10), below split-KV decoding (20, on its condition)
 PLEVEL_CUDA = 15
@@ -90,10 +90,10 @@ FLASH_MMA = kernel_impl("flash_mma", _run, main=Kernel(
 def offer(s, dtype: str, allow_tf32: bool, d: int, params: dict, info, target) -> None:
     """Offer flash_mma on strategy ``s``, or exclude it with the reason."""
     got, why = mma_kind(dtype, allow_tf32, True, True)
-    twin = target.kind != "cuda"
+    twin = tensor_cores(target, got[0])[0] if got else tensor_cores(target, "f16")[0]
     plevel = PLEVEL_TWIN if twin else PLEVEL_CUDA
-    if got is None:
-        s.exclude(FLASH_MMA, plevel, why)
+    if got is None or twin is None:
+        s.exclude(FLASH_MMA, plevel, why or tensor_cores(target, got[0])[1])
         return
     kind, eb = got
     if d not in HEAD_DIMS:

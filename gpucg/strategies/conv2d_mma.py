@@ -102,7 +102,10 @@ def offer(s, geo, attrs, dtype: str, common: dict, info, target) -> None:
         s.exclude(DIRECT_MMA, gemm_mma.PLEVEL_CUDA, why)
         return
     kind, eb = got
-    twin = target.kind != "cuda"
+    twin, why = gemm_mma.tensor_cores(target, kind)
+    if twin is None:
+        s.exclude(DIRECT_MMA, gemm_mma.PLEVEL_CUDA, why)
+        return
     if not twin:
         why = why_not_cuda(common, eb)
         if why:
@@ -190,7 +193,10 @@ def offer_winograd(s, geo, attrs, dtype: str, common: dict, info, target, applie
     if kind == "bf16":
         s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD, WINOGRAD_NO_BF16)
         return
-    twin = target.kind != "cuda"
+    twin, why = gemm_mma.tensor_cores(target, kind)
+    if twin is None:
+        s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD, why)
+        return
     if not twin and min(geo.o, geo.c) < MIN_OG:
         s.exclude(WINOGRAD_MMA, PLEVEL_WINOGRAD,
                   f"needs at least {MIN_OG} input and output channels (has {geo.c}, {geo.o})")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
+from ..arch import PORTABLE_LOCAL_BYTES
 from ..codegen import dialect_for
 from ..half import half_format
 from ..space import ConfigSpace
@@ -210,15 +211,17 @@ def params(op, attrs, inputs, outputs, d) -> dict:
 
 
 def gemv_space(m_rows: int, b_k_major: bool, acc_bytes: int, vector: bool,
-               on_cpu: bool = False, cuda: bool = False, half: bool = False) -> ConfigSpace:
+               on_cpu: bool = False, cuda: bool = False, half: bool = False,
+               local_bytes: int = PORTABLE_LOCAL_BYTES) -> ConfigSpace:
     """The small-M kernel: wg work-items as k_slices slices of K times wg/k_slices column threads, cols
     columns each, vw elements of K a step; the slices' sums must fit the local memory.
     16-bit data (``half``) loads 8 elements (128 bits) an access where vw = 8: the GPU default
     (an H100 ran the 16-bit loads of vw = 1 at 0.88 TFLOP/s, torch 7.8); CPU devices keep vw = 1.
     ``shuffle``: a warp's slices added by xor shuffles (CUDA's default; OpenCL emulates them
-    through local memory, two barriers a round, so its default adds them in local memory)."""
+    through local memory, two barriers a round, so its default adds them in local memory).
+    The slices' sums live in static local memory: at most ``local_bytes``."""
     def ok(c):
-        return (c["k_slices"] <= c["wg"] and c["wg"] * m_rows * c["cols"] * acc_bytes <= 48 * 1024)
+        return (c["k_slices"] <= c["wg"] and c["wg"] * m_rows * c["cols"] * acc_bytes <= local_bytes)
     widths = ((8,) if half else (2, 4)) if vector else ()
     if b_k_major and on_cpu:
         default = {"wg": 64, "k_slices": 64, "cols": 8 if acc_bytes == 4 or m_rows < 16 else 4,
@@ -250,7 +253,8 @@ def gpu_strategy(op: str):
         gemv_vector = p.a_k_major and p.b_k_major
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, fixed=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu,
-                               target.kind == "cuda", half),
+                               target.capabilities.native("shfl"), half,
+                               target.capabilities.smem_static_max),
               needs=vector_needs({0: True, 1: True}, 2 if half else acc_bytes)
               if gemv_vector else None)
         default = _default_tile(target.on_cpu, vector, acc_bytes)

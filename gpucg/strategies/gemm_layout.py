@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..interop import native_kind
+from ..interop import byte_offset
 
 
 def element_layout(x):
@@ -27,7 +27,7 @@ def element_layout(x):
             acc *= d
         return 0, tuple(out[::-1])
     item = np.dtype(x.dtype).itemsize
-    offset = int(getattr(x, "offset", 0)) if native_kind(x) == "opencl" else 0
+    offset = byte_offset(x)
     if offset % item or any(int(s) % item for s in strides):
         return None
     return offset // item, tuple(int(s) // item for s in strides)

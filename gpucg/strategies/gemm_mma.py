@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from ..arch import MMA_BF16, MMA_F16, MMA_TF32, PORTABLE_LOCAL_BYTES
 from ..codegen.warp import swizzle
 from ..runtime import alignment_of
 from ..space import ConfigSpace
@@ -24,9 +25,25 @@ PLEVEL_CUDA = 20
 #: the twin is never chosen by default: the emulation is for proving, not for speed
 PLEVEL_TWIN = 1
 #: static shared memory a work-group may use (CUDA's limit without opting in to more)
-SMEM_BYTES = 48 * 1024
+SMEM_BYTES = PORTABLE_LOCAL_BYTES
 #: the tensor-core element kind and its bytes per dtype (float32 only with allow_tf32)
 KINDS = {"float16": ("f16", 2), "bfloat16": ("bf16", 2), "float32": ("tf32", 4)}
+
+
+#: the capability (gpucg.arch) each tensor-core element kind needs
+FEATURES = {"f16": MMA_F16, "bf16": MMA_BF16, "tf32": MMA_TF32}
+
+
+def tensor_cores(target, kind: str):
+    """(twin, reason): whether ``target`` runs ``kind``'s mma.sync as the OpenCL twin's
+    emulation (True) or as the instruction (False), or (None, why it has neither)."""
+    caps = target.capabilities
+    feature = FEATURES[kind]
+    if caps.native(feature):
+        return False, ""
+    if caps.supports(feature):
+        return True, ""
+    return None, f"{caps.why_not(feature)} (tensor cores)"
 
 
 def mma_kind(dtype: str, allow_tf32: bool, a_k_major: bool, b_k_major: bool):
@@ -109,7 +126,10 @@ def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, 
     kind, eb = got
     # the twin has no condition: its kernel takes any size (unaligned rows copy element by
     # element), so a forced run covers both paths; on CUDA the condition keeps the fast path
-    twin = target.kind != "cuda"
+    twin, why = tensor_cores(target, kind)
+    if twin is None:
+        s.exclude(decl, PLEVEL_CUDA, why)
+        return
     s.add(decl, PLEVEL_TWIN if twin else PLEVEL_CUDA, info=info,
           condition=None if twin else condition(p, eb, min_rows),
           fixed=dict(common, kind=kind, EB=eb), space=mma_space(eb, twin or target.on_cpu))

@@ -23,16 +23,11 @@ def local_bytes(config, acc_bytes: int = 4) -> int:
     return (2 if config.get("double_buffer") else 1) * config["bk"] * (config["bm"] + config["bn"]) \
         * acc_bytes
 
-#: multiprocessors of the GPU an arch is (by default) met on: A100 (sm_80) has 108, H100 SXM
-#: (sm_90) 132; an arch not listed counts as an H100. The default tile of a GPU target shrinks
-#: until the grid fills one wave of them (gpucg.strategies.dense.fill_device).
-SM_COUNT = {"sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
-DEFAULT_SMS = 132
-
-
 def sm_count(target) -> int:
-    """Multiprocessors of the target's GPU (its -arch, else an H100's)."""
-    return SM_COUNT.get(target.attrs.get("arch", ""), DEFAULT_SMS)
+    """Multiprocessors of the target's GPU (its capability record's: an H100's where the
+    target names no arch). The default tile of a GPU target shrinks until the grid fills one
+    wave of them (:func:`fill_device`)."""
+    return target.capabilities.sm_count
 
 #: the tile's template parameters for a space without the vw and double_buffer knobs (conv2d's)
 PLAIN = {"vw": 1, "double_buffer": False, "conflict_free": True}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen import Code, dialect_for
-from ..half import HALF_DTYPES
+from ..half import half_format
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..op import get_op
 from ..ops import _slicing as sl
@@ -79,7 +79,7 @@ def _split_run(ctx, main) -> None:
 
 def _slice_run(ctx, main) -> None:
     x, y = ctx.inputs[0], ctx.outputs[0]
-    shape = tuple(int(d) for d in ctx.compiled.input_types[0].shape)  # constant; 0-d kept
+    shape = tuple(int(d) for d in x.shape)  # the call's own sizes (symbolic ones too)
     own = _strides(shape)
     parts = sl.slices(ctx.attrs, shape)
     base = sum(start * st for (start, _, _), st in zip(parts, own))
@@ -147,20 +147,20 @@ def _flit(value: float, src: str) -> str:
 
 def convert(src: str, dst: str, d) -> tuple[str, str]:
     """(C expression of ``v``, a src -> dst, as the kernel's value) and the rule in words."""
-    ct = "float" if dst in HALF_DTYPES else d.type(dst)
+    ct = "float" if half_format(dst) else d.type(dst)
     if src == dst:
         return "v", "a copy"
     if dst == "bool":
         return "v != 0", "nonzero (NaN too) is 1"
-    if (src in HALF_DTYPES or src.startswith("float")) and dst in INTS:
+    if (half_format(src) or src.startswith("float")) and dst in INTS:
         info = np.iinfo(dst)
         hi, lo = _flit(2.0 ** (info.bits - (info.min < 0)), src), _flit(float(info.min), src)
         low = "0" if info.min == 0 else f"({ct}){lo}"
         return (f"v != v ? 0 : v >= {hi} ? {_int_max(dst, d)} : v <= {lo} ? {low} : ({ct})v",
                 "truncation toward zero; NaN is 0, out-of-range values saturate to "
                 f"[{info.min}, {info.max}]")
-    rule = ("rounded to nearest even (float64 through float32)"
-            if dst in HALF_DTYPES or dst.startswith("float")
+    rule = ("rounded to nearest even (float64 through float32; FP8 as gpucg/codegen/fp8.py "
+            "says)" if dst.startswith("float") or half_format(dst)
             else "wraps modulo 2^bits as NumPy's astype" if src != "bool" else "0 or 1")
     return f"({ct})v", rule
 

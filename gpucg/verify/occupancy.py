@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..arch import ARCHS, KIB, ArchLimits, limits  # noqa: F401 (the limits' home is gpucg.arch)
+from ..arch import ARCHS, KIB, Capabilities, limits  # noqa: F401 (the limits' home is gpucg.arch)
 from ..runtime.base import ceil_div
 
 

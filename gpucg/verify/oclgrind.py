@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..arch import OPENCL_GPU
+
 #: the ICD-loadable runtime (``liboclgrind-rt-icd.so``) is looked for here, then beside the
 #: ``oclgrind`` command's prefix
 _SEARCH = ("/usr/lib/oclgrind", "/usr/lib/x86_64-linux-gnu/oclgrind", "/usr/lib64/oclgrind",
@@ -92,7 +94,7 @@ def environment(workdir, checks: bool = True, counts: bool = False) -> dict:
                OCLGRIND_LOG=str(workdir / "oclgrind.log"), PYTHONUNBUFFERED="1",
                # one simulator thread per child (the children share the cores), and the
                # shared memory a CUDA block gets (48 KiB static) instead of Oclgrind's 32 KiB
-               OCLGRIND_NUM_THREADS="1", OCLGRIND_LOCAL_MEM_SIZE=str(48 * 1024))
+               OCLGRIND_NUM_THREADS="1", OCLGRIND_LOCAL_MEM_SIZE=str(OPENCL_GPU.smem_per_block_optin))
     if checks:
         env.update(CHECKS)
     if counts:
@@ -390,7 +392,9 @@ def traffic_line(r: Result) -> str:
     head = f"{r.task.op} [{r.label}] {r.impl or '?'}"
     if r.error:
         return f"{head}: {r.error}"
-    moved = r.loaded + r.stored
-    ratio = f"{moved / r.compulsory:.2f}x" if r.compulsory else "-"
-    return (f"{head}: {r.loaded:,} B loaded + {r.stored:,} B stored = {ratio} the compulsory "
-            f"{r.compulsory:,} B (inputs read once, outputs written once)")
+    from ..op import get_op
+    what = ("the parts of its inputs a call reads" if get_op(r.task.op).compulsory else
+            "inputs read once, outputs written once")
+    return (f"{head}: {r.loaded:,} B loaded + {r.stored:,} B stored = "
+            f"{f'{(r.loaded + r.stored) / r.compulsory:.2f}x' if r.compulsory else '-'} the "
+            f"compulsory {r.compulsory:,} B ({what})")
