@@ -310,6 +310,45 @@ def test_lookback_scan_shuffles_and_vectors(sass_or_skip, arch, dtype, out, conf
     assert mix["BAR"] <= 5, f"scan_lookback {dtype} {arch}: {mix['BAR']} barriers"
 
 
+def _listing(f, key: str, arch: str):
+    """(address, opcode, operands) of kernel ``key`` ("impl.cuda/kernel") of a compiled op."""
+    src = f.sources[key]
+    entry = re.search(r"void (gpucg_\w+)\(", src).group(1)
+    return sass.kernel_listing(src, entry, arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype", ("float32", "int32", "float64"))
+def test_lookback_flag_and_value_in_one_word(sass_or_skip, arch, dtype):
+    """A 32-bit tile status is one 64-bit word with its flag: published by one 64-bit atomic
+    exchange, read by one 64-bit load, no fence (MEMBAR) anywhere; 64-bit values keep the
+    flag apart, a fence between it and the value."""
+    f = gpucg.compile("cumsum", gpucg.tensor((gpucg.var("n"),), dtype), axis=0, dtype=dtype,
+                      target=f"cuda -arch={arch}", impl="scan_lookback")
+    ops = [op for _, op, _ in _listing(f, "scan_lookback.cuda/scan", arch)]
+    fences = [op for op in ops if op.startswith("MEMBAR")]
+    if dtype == "float64":
+        assert fences, ops
+        return
+    assert not fences, fences
+    assert ops.count("ATOMG.E.EXCH.64.STRONG.GPU") == 3, ops  # tile 0's, an aggregate, a prefix
+    assert [op for op in ops if op.startswith("LDG") and "STRONG" in op] == \
+        ["LDG.E.64.STRONG.SYS"], ops
+
+
+def test_loops_are_found_in_a_listing():
+    """loops(): a backward branch closes a loop; one holding another is not innermost."""
+    listing = [(0x00, "MOV", "R1, R2"), (0x10, "FADD", "R1, R1, R2"),
+               (0x20, "FFMA", "R3, R1, R2, R3"), (0x30, "BRA", "0x10"),
+               (0x40, "ISETP.GE.AND", "P0, PT, R4, R5, PT"), (0x50, "@P0 BRA", "0x10"),
+               (0x60, "BRA", "0x90"), (0x70, "EXIT", "")]
+    listing[5] = (0x50, "BRA", "0x10")
+    found = sass.loops(listing)
+    assert [(lp.start, lp.end, lp.count, lp.innermost) for lp in found] == \
+        [(0x10, 0x30, 3, True), (0x10, 0x50, 5, False)]
+    assert found[0].mix["FFMA"] == 1
+
+
 #: the onesweep radix sort (sort_radix) of 2^24 keys: 4 digit passes of float32 keys, the one
 #: pass of uint8 keys (argsort); every pass ranks its tile by block scans on SHFL with the
 #: look-back's counts in registers (a 0-byte stack frame, no local memory); the pass barriers:

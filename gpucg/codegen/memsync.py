@@ -1,5 +1,5 @@
 """Synchronization between work-groups, as data: a global fence, a flag's atomic load and
-store, a vector store. A decoupled look-back (gpucg/templates/scan/_lookback.j2) writes a
+store, a flag and its value as one 64-bit word, a vector store. A decoupled look-back (gpucg/templates/scan/_lookback.j2) writes a
 value, fences, then sets its flag atomically; a reader loads the flag atomically, fences,
 then reads the value. Each Dialect holds its language's spellings as ``d.sync``, so templates
 write ``{{ d.sync.fence }}``, ``{{ d.sync.load(ptr) }}`` and never test the language.
@@ -23,6 +23,15 @@ class MemSync:
     load_fmt: str
     store_fmt: str
     vector_store_fmt: str
+    #: a flag and a 32-bit value in one 64-bit word (``{ptr}`` a pointer to its two 32-bit
+    #: halves: the value, then the flag): statements publishing ``{flag}`` and ``{value}``,
+    #: and reading them into the variables ``{flag}`` and ``{value}``. Where the language has
+    #: 64-bit atomics that every runtime here keeps (CUDA), one exchange and one load: a
+    #: reader never sees a flag without its value and no fence is needed. OpenCL writes the
+    #: value, fences, then the flag, and reads in the opposite order: Oclgrind 21.10
+    #: corrupts its heap counting a kernel's 64-bit atomic exchanges and loads
+    pair_store_fmt: str = ""
+    pair_load_fmt: str = ""
 
     def load(self, ptr: str) -> str:
         """The global 32-bit unsigned int at ``ptr``, read past any cache (another group's flag)."""
@@ -31,6 +40,16 @@ class MemSync:
     def store(self, ptr: str, value: str) -> str:
         """Atomically store ``value`` in the global 32-bit unsigned int at ``ptr`` (an expression)."""
         return self.store_fmt.format(ptr=ptr, value=value)
+
+    def pair_store(self, ptr: str, flag: str, value: str) -> str:
+        """Statements publishing ``flag`` and the 32-bit ``value`` (unsigned ints) at ``ptr``
+        (a global unsigned int pointer to the pair's two words, 8-byte aligned)."""
+        return self.pair_store_fmt.format(ptr=ptr, flag=flag, value=value)
+
+    def pair_load(self, ptr: str, flag: str, value: str) -> str:
+        """Statements reading the pair at ``ptr`` into the unsigned int variables ``flag`` and
+        ``value``, the value never older than the flag."""
+        return self.pair_load_fmt.format(ptr=ptr, flag=flag, value=value)
 
     def vector_store(self, vt: str, n: int, ptr: str, values) -> str:
         """A statement storing ``values`` (n C expressions) as one ``vt``-of-n vector at
@@ -42,9 +61,20 @@ class MemSync:
 
 CUDA_SYNC = MemSync(fence="__threadfence();", load_fmt="(*(volatile unsigned int*)({ptr}))",
                     store_fmt="atomicExch({ptr}, {value})",
-                    vector_store_fmt="*(({vt}{n}*)({ptr})) = make_{vt}{n}({values});")
+                    vector_store_fmt="*(({vt}{n}*)({ptr})) = make_{vt}{n}({values});",
+                    pair_store_fmt="atomicExch((unsigned long long*)({ptr}), "
+                                   "(unsigned long long)({flag}) << 32 | ({value}));",
+                    pair_load_fmt="{{\n    const unsigned long long gpucg_pair = *(volatile unsigned "
+                                  "long long*)({ptr});\n    {flag} = (unsigned int)(gpucg_pair >> 32);"
+                                  "\n    {value} = (unsigned int)gpucg_pair;\n}}")
 #: vstoreN, not a store through a vector pointer: Oclgrind's counter takes each element put
 #: into a vector variable for a global store, and counts a vstoreN call's bytes once
 OPENCL_SYNC = MemSync(fence="mem_fence(CLK_GLOBAL_MEM_FENCE);", load_fmt="atomic_or({ptr}, 0u)",
                       store_fmt="atomic_xchg({ptr}, {value})",
-                      vector_store_fmt="vstore{n}(({vt}{n})({values}), 0, {ptr});")
+                      vector_store_fmt="vstore{n}(({vt}{n})({values}), 0, {ptr});",
+                      pair_store_fmt="atomic_xchg({ptr}, {value});\n"
+                                     "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
+                                     "atomic_xchg({ptr} + 1, {flag});",
+                      pair_load_fmt="{flag} = atomic_or({ptr} + 1, 0u);\n"
+                                    "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
+                                    "{value} = atomic_or({ptr}, 0u);")

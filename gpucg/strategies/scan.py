@@ -6,7 +6,8 @@ product of the dimensions after the axis (1 when the axis is the last one).
 GPU implementations, by plevel:
   scan_rows    inner == 1 and n <= 4096: one work-group scans one row (1 read, 1 write).
   scan_lookback inner == 1: single pass by decoupled look-back (1 read, 1 write, and a tile's
-               status: 4 + 2 * itemsize bytes, its look-back's reads): a tile a work-group
+               status: one 64-bit word of flag and value for 32-bit values, 4 + 2 * itemsize
+               bytes for 64-bit ones, its look-back's reads): a tile a work-group
                in the order of an atomic counter, 16-byte vector loads and stores where the
                dispatcher finds x aligned and every row starts on a vector.
   scan_device  inner == 1: device-wide reduce-then-scan over tiles (3 passes: 1.5x the
@@ -117,10 +118,15 @@ def _acc(ctx) -> np.dtype:
 
 
 def _status(ctx, init, count: int):
-    """The look-back's status of ``count`` tiles, cleared: flags (and the tile counter after
-    them) and each tile's aggregate and inclusive prefix as 32-bit words."""
+    """The look-back's status of ``count`` tiles, cleared, and the tile counter after it:
+    values of 32 bits share a 64-bit word with their flag (two 32-bit words a tile; no second
+    array), 64-bit ones have a flag word and their aggregate and inclusive prefix apart."""
+    if _acc(ctx).itemsize <= 4:
+        flags = ctx.empty((2 * count + 1,), np.uint32)
+        init(flags, ctx.size(2 * count), grid=ceil_div(2 * count + 1, INIT_WG), block=INIT_WG)
+        return (flags,)
     flags = ctx.empty((count + 1,), np.uint32)
-    words = ctx.empty((2 * count * max(1, _acc(ctx).itemsize // 4),), np.uint32)
+    words = ctx.empty((2 * count * _acc(ctx).itemsize // 4,), np.uint32)
     init(flags, ctx.size(count), grid=ceil_div(count + 1, INIT_WG), block=INIT_WG)
     return flags, words
 
@@ -240,7 +246,8 @@ def gpu_strategy(combine: str):
         s = Strategy(target)
         s.add(SCAN_ROWS, p_rows, condition=sympy.And(row_major, n <= ROWS_MAX),
               space=_TILE_SPACE, fixed=params)
-        s.add(SCAN_LOOKBACK, p_look, condition=row_major, fixed=params,
+        s.add(SCAN_LOOKBACK, p_look, condition=row_major,
+              fixed=dict(params, sm_threads=target.capabilities.max_threads_per_sm),
               space=_lookback_space(_vector_width(data.dtype, out.dtype)),
               needs=_lookback_needs(outer, n, data.dtype, attrs.reverse))
         s.add(SCAN_DEVICE, p_device, condition=row_major, space=_TILE_SPACE, fixed=params)

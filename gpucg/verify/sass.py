@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendUnavailableError, InputError
@@ -102,6 +103,82 @@ def parse_sass(text: str) -> dict[str, list[str]]:
         if m and current is not None:
             current.append(m.group(1))
     return out
+
+
+_LISTED = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)"
+                     r"([^;]*);")
+
+
+def parse_listing(text: str) -> dict[str, list[tuple[int, str, str]]]:
+    """kernel -> its instructions as (address, opcode, operands), from cuobjdump -sass."""
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _FUNC.match(line)
+        if m:
+            current = out.setdefault(m.group(1), [])
+            continue
+        m = _LISTED.match(line)
+        if m and current is not None:
+            current.append((int(m.group(1), 16), m.group(2), m.group(3).strip()))
+    return out
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A loop of the machine code: the instructions from a backward branch's target to the
+    branch, and whether another loop lies inside it."""
+
+    start: int
+    end: int
+    opcodes: tuple
+    innermost: bool
+
+    @property
+    def count(self) -> int:
+        """Instructions in one trip around the loop's body (branches taken or not)."""
+        return len(self.opcodes)
+
+    @property
+    def mix(self) -> dict[str, int]:
+        return instruction_mix(self.opcodes)
+
+
+def loops(listing) -> list[Loop]:
+    """The loops of one kernel's listing (:func:`parse_listing`): each backward branch
+    (BRA to an address at or before its own) closes one; sorted by start."""
+    spans = set()
+    for addr, op, args in listing:
+        m = re.match(r"(0x[0-9a-f]+)", args)
+        if op.startswith("BRA") and m and int(m.group(1), 16) <= addr:
+            spans.add((int(m.group(1), 16), addr))
+    out = []
+    for start, end in sorted(spans):
+        inner = any(s != start or e != end for s, e in spans if start <= s and e <= end)
+        out.append(Loop(start, end, tuple(op for a, op, _ in listing if start <= a <= end),
+                        not inner))
+    return out
+
+
+def kernel_listing(source: str, entry: str, arch: str = "sm_90",
+                   options: tuple = nvrtc.DEFAULT_OPTIONS) -> list[tuple[int, str, str]]:
+    """The instructions of ``entry`` in ``source`` compiled for ``arch``, as
+    :func:`parse_listing` gives them."""
+    ok, why = nvrtc.available()
+    if not ok:
+        raise BackendUnavailableError(f"SASS needs NVRTC: {why}")
+    cubin, _ = nvrtc.compile_to_cubin(source, arch, tuple(options))
+    listing = parse_listing(disassemble(cubin))
+    if entry not in listing:
+        raise InputError(f"cuobjdump found no kernel {entry!r} for {arch} "
+                         f"(found: {', '.join(listing) or 'none'})")
+    return listing[entry]
+
+
+def kernel_loops(source: str, entry: str, arch: str = "sm_90",
+                 options: tuple = nvrtc.DEFAULT_OPTIONS) -> list[Loop]:
+    """The loops of ``entry`` in ``source`` compiled for ``arch`` (see :func:`loops`)."""
+    return loops(kernel_listing(source, entry, arch, options))
 
 
 def instruction_mix(opcodes) -> dict[str, int]:
