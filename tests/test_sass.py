@@ -313,7 +313,7 @@ def test_lookback_scan_shuffles_and_vectors(sass_or_skip, arch, dtype, out, conf
 def _listing(f, key: str, arch: str):
     """(address, opcode, operands) of kernel ``key`` ("impl.cuda/kernel") of a compiled op."""
     src = f.sources[key]
-    entry = re.search(r"void (gpucg_\w+)\(", src).group(1)
+    entry = re.search(r"void (?:__launch_bounds__\(\d+, \d+\) )?(gpucg_\w+)\(", src).group(1)
     return sass.kernel_listing(src, entry, arch)
 
 
