@@ -197,17 +197,41 @@ def test_tensor_core_conv2d_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, dl
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_small_k_topk_keeps_its_lists_in_registers(sass_or_skip, arch):
-    """topk_warp (k <= 16): a 0-byte stack frame, no LDL/STL, no barrier, SHFL merges; on the
-    bench case (4096 x 1024, k=8) and the widest lists (float64 keys, 64-bit indices, k=16)."""
+    """topk_warp (k <= 16): a 0-byte stack frame, no LDL/STL, no barrier, SHFL merges, the data
+    read 128 bits a load (LDG.128: rows aligned); on the bench case (4096 x 1024, k=8) and the
+    widest lists (float64 keys, 64-bit indices, k=16)."""
     for dtype, k, index in (("float32", 8, "auto"), ("float64", 16, "int64")):
         t = gpucg.tensor((4096, 1024), dtype)
         got = {r.kernel: r for r in res.resources("topk", t, target=f"cuda -arch={arch}",
-                                                  impl="topk_warp", sass=True, k=k, index=index)}
+                                                  impl="topk_warp", sass=True, k=k, index=index)
+               if r.selected}
         assert set(got) == {"emit"}, got.keys()
         r = got["emit"]
         assert r.stack == 0 and r.spill_loads == r.spill_stores == 0, (dtype, arch, r)
-        sass.assert_sass(r.sass, has=("SHFL",), none=("LDL", "STL", "BAR"),
+        sass.assert_sass(r.sass, has=("SHFL", "LDG.128"), none=("LDL", "STL", "BAR"),
                          what=f"topk topk_warp {dtype} k={k} {arch}")
+
+
+#: the topk call whose every dispatcher branch the default tier compiles (16 < k: the radix
+#: select and the sorts, 32-bit indices); the exhaustive tier adds the rest, both widths
+_TOPK_MORE = [("int64", 17), ("float16", 100), ("bfloat16", 128), ("float64", 1000),
+              ("int32", 16), ("uint8", 33), ("float32", 1)]
+
+
+@pytest.mark.parametrize("dtype,k", [("float32", 100)] + [
+    pytest.param(*c, marks=pytest.mark.exhaustive) for c in _TOPK_MORE])
+def test_topk_dispatch_keeps_no_local_memory(sass_or_skip, request, dtype, k):
+    """Every kernel of every implementation topk's dispatcher may pick on sm_90 (sizes
+    symbolic): a 0-byte stack frame and no LDL/STL."""
+    n, m = gpucg.var("n"), gpucg.var("m")
+    f = gpucg.compile("topk", gpucg.tensor((n, m), dtype), k=k, target="cuda -arch=sm_90",
+                      index="auto" if request.node.get_closest_marker("exhaustive") else "int32")
+    for key, src in f.sources.items():
+        entry = re.search(r"void (?:__launch_bounds__\(\d+, \d+\) )?(gpucg_\w+)\(", src).group(1)
+        r = res.kernel_resources(src, entry, "sm_90")
+        assert r.stack == 0 and r.spills == 0, (dtype, k, key, r)
+        sass.assert_sass(sass.kernel_mix(src, entry, "sm_90"), none=("LDL", "STL"),
+                         what=f"topk {dtype} k={k} {key}")
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -216,7 +216,9 @@ def test_block_sorts_run_to_their_rows_span(impl):
 @pytest.mark.parametrize("shape,k,want", [
     ((4096, 1024), 8, "topk_warp"),      # small k: lists in registers, warp shuffle merge
     ((1, 1 << 24), 10, "topk_warp"),     # one long row: split over warps, then merged
-    ((4096, 1024), 100, "topk_group"),   # k <= 128: per-work-item lists, work-group merge
+    ((4096, 1024), 100, "sort_bitonic"),  # 16 < k on short rows: no spilling lists on a GPU
+    ((1, 1 << 24), 100, "topk_radix"),   # 16 < k on a long row: the radix select
+    ((64, 65536), 17, "topk_radix"),
     ((1, 1 << 24), 1000, "topk_radix"),  # large k on a long row
     ((256, 262144), 256, "topk_radix"),
     ((16, 3000), 500, "topk_radix"),     # few rows: radix even on shorter rows
@@ -229,8 +231,8 @@ def test_block_sorts_run_to_their_rows_span(impl):
 ])
 def test_selection_by_shape(shape, k, want):
     sel = gpucg.explain("topk", gpucg.tensor(shape, "float32"), k=k, target="cuda")
-    assert not sel.dynamic
-    assert sel.choices[0].impl.name == f"{want}.cuda", str(sel)
+    # (topk_warp's configs differ by the data's alignment, checked at run time)
+    assert {c.impl.name for c in sel.choices} == {f"{want}.cuda"}, str(sel)
 
 
 def test_sort_selection_and_64bit_block():

@@ -98,8 +98,25 @@ def test_selection_and_the_limit():
     t = gpucg.tensor((4096, 1024), "float32")
     assert gpucg.explain("topk", t, k=16, target="cuda").choices[0].impl.name == "topk_warp.cuda"
     sel = gpucg.explain("topk", t, k=17, target="cuda")
-    assert sel.choices[0].impl.name == "topk_group.cuda"
+    assert sel.choices[0].impl.name == "sort_bitonic.cuda"
     assert "needs k <= 16 (k is 17)" in str(sel)
+    cpu = gpucg.explain("topk", t, k=17, target="opencl")
+    assert cpu.choices[0].impl.name == "topk_group.opencl"  # a CPU core's own list
+
+
+@pytest.mark.parametrize("target", ("cuda", "opencl -device=gpu"))
+def test_gpus_never_dispatch_spilling_lists(target):
+    """On a GPU, whatever the sizes (symbolic: every branch of the dispatcher), k <= 16 takes
+    topk_warp and k > 16 the radix select or a sort: topk_group, whose run-time indexed lists
+    live in local memory there, is never among the choices."""
+    n, m = gpucg.var("n"), gpucg.var("m")
+    for dtype in ("float32", "int64", "bfloat16"):
+        for k in (1, 15, 16, 17, 33, 100, 128, 129, 1000):
+            sel = gpucg.explain("topk", gpucg.tensor((n, m), dtype), k=k, target=target)
+            names = {c.impl.short_name for c in sel.choices}
+            assert "topk_group" not in names, (dtype, k, str(sel))
+            assert names == {"topk_warp"} if k <= 16 else \
+                names <= {"topk_radix", "sort_bitonic", "sort_radix", "sort_merge"}, str(sel)
 
 
 def test_radix_survivor_buffers_and_their_overflow():

@@ -11,8 +11,10 @@ GPU implementations, by plevel:
   topk_group    k <= 128 (static) and n >= 2K (K: k rounded up to a power of two): each
                 work-item keeps its best K in private memory, the work-group merges them in
                 local memory; rows are split over several work-groups when there are few,
-                and the candidates are merged by the same kernel.
-  topk_radix    k > 128, n >= max(2048, 2k) and (n >= 8192 or rows <= 32): radix select, 8 bits a
+                and the candidates are merged by the same kernel. CPU devices only: on a GPU
+                the lists spill to local memory, so it is forced only there (plevel 1).
+  topk_radix    k > 128 (GPUs: k > 16), n >= max(2048, 2k) and (n >= 8192 or rows <= 32):
+                radix select, 8 bits a
                 pass over (key, index), several work-groups per row, every decision on the
                 device; passes 0 and 1 read the data, later ones only the survivors the pass
                 before kept; winners are filtered into a buffer as their bucket is passed over,
@@ -38,7 +40,7 @@ from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
 from ..strategy import Strategy, only
 from . import sort_radix
-from .topk_select import GROUP_K_MAX, Problem, add_small_k, problem
+from .topk_select import GROUP_K_MAX, WARP_K_MAX, Problem, add_small_k, problem
 
 RADIX_N_MIN = 8192
 RADIX_FEW_ROWS = 32
@@ -211,8 +213,9 @@ def gpu_strategy(attrs, inputs, outputs, target):
     sort_space = _sort_space(block, on_cpu)
     s = Strategy(target)
     if v.k >= 1:
-        add_small_k(s, v.k, n, keyp, block, on_cpu)
-    if v.k > GROUP_K_MAX:
+        add_small_k(s, v.k, n, inner, rows, keyp, block, on_cpu)
+    # GPUs: the radix select from k > 16 (topk_group's lists would spill); CPUs from k > 128
+    if v.k > (GROUP_K_MAX if on_cpu else WARP_K_MAX):
         # CPU: 64 items a work-item per histogram chunk; on PoCL, quiet, 256 took 1.27-1.52x
         # the time of 64 ((1, 2^24) k=1000: 125 against 92 ms; (256, 2^18) k=256: 519 against 343)
         space = ConfigSpace({**sort_space.knobs, "chunk_items": (4, 16, 64, 256)},
@@ -223,7 +226,8 @@ def gpu_strategy(attrs, inputs, outputs, target):
               condition=sympy.And(n >= max(RADIX_FEW_ROWS_N_MIN, 2 * v.k),
                                   sympy.Or(n >= RADIX_N_MIN, rows <= RADIX_FEW_ROWS)))
     elif v.k >= 1:
-        s.exclude(TOPK_RADIX, 10, f"needs k > {GROUP_K_MAX} (k is {v.k})")
+        s.exclude(TOPK_RADIX, 10, f"needs k > {GROUP_K_MAX if on_cpu else WARP_K_MAX} "
+                  f"(k is {v.k})")
     s.add(SORT_BITONIC, 9, condition=n <= block, space=sort_space, fixed=keyp)
     sort_radix.add(s, SORT_RADIX, n, rows, keyp, on_cpu)
     s.add(SORT_MERGE, 5, space=sort_space, fixed=keyp)

@@ -2,6 +2,9 @@
 (topk_group) or kept in registers and merged by warp shuffles (topk_warp); and the view of a
 call that every topk/sort/argsort implementation runs on (:func:`problem`).
 
+On GPUs topk_group is forced only (its lists spill to local memory): k > 16 goes to the radix
+select (gpucg/strategies/topk.py) on long rows and to the sorts on the others.
+
 topk_warp is topk_group without local memory, for k <= 16 and any n: each work-item keeps its best K (k
 rounded up to a power of two) in registers, inserting by an unrolled network whose every list index
 is a constant (ptxas: a 0-byte stack frame, no LDL/STL, where topk_group's run-time indexed list
@@ -16,14 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import sympy
 
+from ..codegen.vector import WORD
 from ..implementation import Kernel, kernel_impl
 from ..ops.topk import kept, view
 from ..runtime.base import ceil_div
-from ..shape import normalize_axis, split_axis
+from ..shape import alignment, normalize_axis, split_axis
 from ..space import ConfigSpace
 
 GROUP_K_MAX = 128
+#: topk_group's plevel on GPUs: below sort_merge (5, always), so the dispatcher never picks it
+GROUP_GPU_PLEVEL = 1
 #: the longest list topk_warp keeps in registers (two lists of 16 64-bit pairs: 128 registers)
 WARP_K_MAX = 16
 
@@ -141,7 +148,19 @@ TOPK_WARP = kernel_impl("topk_warp", _warp_run, **_rounds_kernels(
     _warp, "best-K lists in registers merged by warp shuffles; writes the top k"))
 
 
-def add_small_k(s, k: int, n, keyp: dict, block: int, on_cpu: bool) -> None:
+def _warp_needs(n, inner, rows):
+    """vw > 1 reads the data 128 bits at a time: its address 16-byte aligned, rows contiguous
+    (inner == 1), each starting on a vector (n a multiple of vw, or one row); else vw = 1."""
+    def needs(config):
+        vw = config["vw"]
+        if vw == 1:
+            return None
+        rows_ok = sympy.Or(sympy.Eq(rows, 1), sympy.Eq(sympy.Mod(n, vw), 0))
+        return sympy.And(alignment(0) >= WORD, sympy.Eq(inner, 1), rows_ok), {"vw": 1}
+    return needs
+
+
+def add_small_k(s, k: int, n, inner, rows, keyp: dict, block: int, on_cpu: bool) -> None:
     """Offer topk_warp (k <= 16) and topk_group (k <= 128) for k >= 1, or say why not."""
     kk = group_k(k)
     if k > WARP_K_MAX:
@@ -149,14 +168,18 @@ def add_small_k(s, k: int, n, keyp: dict, block: int, on_cpu: bool) -> None:
     else:
         # a CPU core runs a work-item of one list over its own stretch of a row (no merge);
         # a GPU unit is a warp whose lists meet by shuffles. Any n >= k: a short row costs a
-        # warp a few shuffles, where a sort would take a work-group and its barriers.
-        s.add(TOPK_WARP, 13, fixed=dict(keyp, K=kk),
+        # warp a few shuffles, where a sort would take a work-group and its barriers. GPUs
+        # read 128 bits a load, two loads in flight a lane (vw, unroll)
+        vw = WORD * 8 // keyp["kbits"]
+        s.add(TOPK_WARP, 13, fixed=dict(keyp, K=kk), needs=_warp_needs(n, inner, rows),
               space=ConfigSpace({"wg": (1, 32, 64, 128, 256), "lanes": (1, 2, 4, 8, 16, 32),
                                  "chunk_items": (4, 16, 64, 256, 1024),
-                                 "units": (4, 16, 64, 256, 1024, 4096, 16384)},
+                                 "units": (4, 16, 64, 256, 1024, 4096, 16384),
+                                 "vw": (1, vw), "unroll": (1, 2, 4)},
                                 {"wg": 1 if on_cpu else 128, "lanes": 1 if on_cpu else 32,
                                  "chunk_items": 1024 if on_cpu else 16,
-                                 "units": 4 if on_cpu else 4096},
+                                 "units": 4 if on_cpu else 4096,
+                                 "vw": 1 if on_cpu else vw, "unroll": 1 if on_cpu else 2},
                                 # whole warps for the shuffles; a segment well above K (progress)
                                 constraint=lambda c: c["wg"] % c["lanes"] == 0 and (
                                     c["lanes"] == 1 or c["wg"] % 32 == 0)
@@ -167,8 +190,11 @@ def add_small_k(s, k: int, n, keyp: dict, block: int, on_cpu: bool) -> None:
     wg_max = max(16, min(256, block // kk))  # wg * K pairs fit one sort block
     wgs = tuple(w for w in (1, 4, 16, 32, 64, 128, 256) if w <= wg_max)
     # a CPU core runs a work-item of one best scanning its own stretch of a row
-    # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory)
-    s.add(TOPK_GROUP, 12, condition=n >= 2 * kk, fixed=dict(keyp, K=kk),
+    # (measured on PoCL: 2x faster than 16-32 work-items merging in local memory). On a GPU
+    # the run-time indexed lists live in local memory (sm_90, float32: a 256-1072 B stack,
+    # 916 LDL/STL at K=128): forced only, below every sort; topk_warp and topk_radix select
+    s.add(TOPK_GROUP, 12 if on_cpu else GROUP_GPU_PLEVEL, condition=n >= 2 * kk,
+          fixed=dict(keyp, K=kk),
           space=ConfigSpace({"wg": wgs, "chunk_items": (16, 64, 256, 1024),
                              "groups": (2, 4, 16, 64, 256, 1024)},
                             {"wg": 1 if on_cpu else wg_max, "chunk_items": 1024 if on_cpu else 16,
