@@ -16,10 +16,15 @@ the data, ``middle`` and ``last`` (key, index) pairs, ``last`` writes values and
 so a tile waits only on tiles with lower tickets, which have started: no deadlock whatever
 order the device runs work-groups in (PoCL runs them on threads, Oclgrind one after another).
 
+A call that wants the values alone (sort, topk with ret_type="values") moves keys only: each
+pass is stable and the first takes the elements in index order, so equal keys (-0.0 and 0.0,
+NaNs) keep their order without indices (36 B a float32 element instead of 60-64).
+
 Traffic, for R rows of n elements, K-byte keys, I-byte indices (the kernel's index type, and
-the output index type in the last pass), D = K digit passes and T-element tiles: at most one
-read and one write of keys and indices per digit pass plus one histogram read of the keys,
-R * n * (K + D * 2 * (K + I)) bytes (the first pass reads no indices), besides the small words
+the output index type in the last pass; 0 for keys only), D = K digit passes and T-element
+tiles: at most one read and one write of keys and indices per digit pass plus one histogram
+read of the keys, R * n * (K + D * 2 * (K + I)) bytes (the first pass reads no indices),
+besides the small words
 that :func:`traffic_bound` adds: per tile and pass, the row's 256 digit counts read, 256 status
 words cleared, published twice and read once per predecessor looked at, and 256 histogram
 atomics per chunk of HIST_TILES tiles; each of these status, histogram and ticket words is an
@@ -75,12 +80,17 @@ def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
     zero(work, grid=words // WG, block=WG)
     hist(p.data, work, s(p.inner), s(p.n), s(chunks), grid=p.rows * chunks, block=WG)
     sizes = (work, s(p.inner), s(p.n), s(p.k), s(per_row), s(p.rows))
-    out = (p.values, p.indices)
+    pairs = ctx.fixed["pairs"]
+    out = (p.values, p.indices) if pairs else (p.values,)
+
+    def buffers():  # keys (and indices) of every row between two passes
+        keys = ctx.empty((p.rows * p.n,), p.ukey)
+        return (keys, ctx.empty((p.rows * p.n,), ctx.idx)) if pairs else (keys,)
+
     if digits == 1:
         only(p.data, *out, *sizes, np.int32(0), grid=tiles, block=WG)
         return
-    a = (ctx.empty((p.rows * p.n,), p.ukey), ctx.empty((p.rows * p.n,), ctx.idx))
-    b = (ctx.empty((p.rows * p.n,), p.ukey), ctx.empty((p.rows * p.n,), ctx.idx))
+    a, b = buffers(), buffers()
     first(p.data, *a, *sizes, np.int32(0), grid=tiles, block=WG)
     for pass_ in range(1, digits - 1):
         middle(*a, *b, *sizes, np.int32(pass_), grid=tiles, block=WG)
@@ -135,14 +145,16 @@ def declare(problem):
     return kernel_impl("sort_radix", run, **KERNELS)
 
 
-def add(s, decl, n, rows, keyp: dict, on_cpu: bool) -> None:
+def add(s, decl, n, rows, keyp: dict, on_cpu: bool, pairs: bool = True) -> None:
     """Offer the radix sort to the strategy ``s`` for rows of ``n`` elements (``keyp``: the
-    order key's template parameters). On a GPU it ranks above the merge path (plevel 5) for
+    order key's template parameters; ``pairs``: indices carried, else the caller wants the
+    values alone and the passes move keys only). On a GPU it ranks above the merge path (plevel 5) for
     RADIX_SORT_N_MIN <= n <= RADIX_SORT_N_MAX. On a CPU device (PoCL) it ranks above the
     merge path only for at most CPU_ROWS_MAX rows: argsort on 2 cores, quiet, radix/merge
     time 0.15-0.29 for one row of 2^15-2^23 and 0.21-0.26 for 16 x 2^18 and 64 x 2^16, but
     1.31 for 256 x 2^15 (many short rows: a work-group a tile, spinning on its predecessors)."""
     cond = sympy.And(n >= RADIX_SORT_N_MIN, n <= RADIX_SORT_N_MAX)
-    s.add(decl, 6 if on_cpu else 8, fixed=dict(keyp, wg=WG, digits=keyp["kbits"] // 8),
+    s.add(decl, 6 if on_cpu else 8, fixed=dict(keyp, wg=WG, digits=keyp["kbits"] // 8,
+                                                pairs=pairs),
           space=_space(keyp["kbits"]),
           condition=sympy.And(cond, rows <= CPU_ROWS_MAX) if on_cpu else cond)

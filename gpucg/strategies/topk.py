@@ -229,7 +229,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
         s.exclude(TOPK_RADIX, 10, f"needs k > {GROUP_K_MAX if on_cpu else WARP_K_MAX} "
                   f"(k is {v.k})")
     s.add(SORT_BITONIC, 9, condition=n <= block, space=sort_space, fixed=keyp)
-    sort_radix.add(s, SORT_RADIX, n, rows, keyp, on_cpu)
+    sort_radix.add(s, SORT_RADIX, n, rows, keyp, on_cpu, pairs=v.ret_type != "values")
     s.add(SORT_MERGE, 5, space=sort_space, fixed=keyp)
     return s
 
