@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpucg.codegen import CUDA, OPENCL
-from gpucg.codegen.warp import swizzle
+from gpucg.codegen.smem import swizzle
 from gpucg.errors import DTypeError
 from gpucg.verify import nvrtc
 
@@ -196,7 +196,7 @@ def test_swizzle_rows_and_chunks_hit_distinct_slots(cpr):
         assert len(slots) == min(8, max(cpr, 8)), (cpr, q0)
     for r in range(16):
         for c in range(cpr):
-            assert eval(swizzle("r", "c", cpr), {"r": r, "c": c}) == swizzle(r, c, cpr)
+            assert eval(str(swizzle("r", "c", cpr)), {"r": r, "c": c}) == swizzle(r, c, cpr)
 
 
 def test_bad_warp_op_arguments_are_refused():

@@ -14,6 +14,7 @@ from . import vector as _vec
 from .shuffle import SHFL_WORDS
 from .dynamic_local import CUDA_DYNAMIC, OPENCL_DYNAMIC
 from .memsync import CUDA_SYNC, OPENCL_SYNC
+from .tile_ops import CUDA_TILE, OPENCL_TILE
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
 _AXES = "xyz"
@@ -78,6 +79,8 @@ class Dialect:
     #: synchronization between work-groups (gpucg/codegen/memsync.py): fence, flag load/store
     sync: object = None
     dynamic: object = None  # the dynamic local buffer's spellings (codegen/dynamic_local.py)
+    #: the tile layer's shared-memory operations on byte addresses (codegen/tile_ops.py)
+    tile: object = None
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -352,6 +355,7 @@ CUDA = Dialect(
     warp=CUDA_WARP,
     sync=CUDA_SYNC,
     dynamic=CUDA_DYNAMIC,
+    tile=CUDA_TILE,
     vector=_vec.CUDA_VECTORS,
 )
 
@@ -386,6 +390,7 @@ OPENCL = Dialect(
     warp=OPENCL_WARP,
     sync=OPENCL_SYNC,
     dynamic=OPENCL_DYNAMIC,
+    tile=OPENCL_TILE,
     vector=_vec.OPENCL_VECTORS,
 )
 

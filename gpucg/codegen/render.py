@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..shape import DTYPES
 from . import literals
 from .dialect import Dialect
-from .warp import swizzle
+from .smem import swizzle
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -273,9 +273,11 @@ def environment() -> jinja2.Environment:
                        nan_of=literals.nan_of, lowest_of=_lowest, highest_of=_highest,
                        swizzle=swizzle)
     env.filters["block"] = block
+    from .gemm_core import gemm_core
+    from .ix import Ix
     from .tile_layout import simt_tile
 
-    env.globals["simt_tile"] = simt_tile
+    env.globals.update(simt_tile=simt_tile, gemm_core=gemm_core, Ix=Ix)
     return env
 
 

@@ -19,21 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import DTypeError
+from .mma_atom import SCRATCH_WORDS, atom, cuda_mma, opencl_mma
 from .shuffle import CudaShuffles, OpenCLShuffles
 
-#: mma element kinds -> (PTX shape, PTX type): A is 16 x K, B is K x 8, C/D 16 x 8 float32
-MMA_KINDS = {"f16": ("m16n8k16", "f16"), "bf16": ("m16n8k16", "bf16"), "tf32": ("m16n8k8", "tf32")}
-#: K of one mma per kind
-MMA_K = {"f16": 16, "bf16": 16, "tf32": 8}
 LDMATRIX_NUMS = (1, 2, 4)
-#: 32-bit words of local scratch each emulated warp uses (A: 32 x 4 registers, B: 32 x 2)
-SCRATCH_WORDS = 192
 
 
 def _kind(kind: str) -> str:
-    if kind not in MMA_KINDS:
-        raise DTypeError(f"mma kind {kind!r} is not supported; allowed: {', '.join(MMA_KINDS)}")
-    return kind
+    return atom(kind).kind
 
 
 def _variants(ldmatrix) -> list:
@@ -84,22 +77,18 @@ __device__ __forceinline__ unsigned long long gpucg_gmem_addr(const void* p)
 """
 
 
+_CUDA_TF32 = """\
+/* float32 fragment registers rounded to TF32 in place: to nearest, ties away */
+__device__ __forceinline__ void gpucg_to_tf32(unsigned* r, int n)
+{
+    for (int i = 0; i < n; ++i)
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r[i]) : "f"(__uint_as_float(r[i])));
+}
+"""
+
+
 def _cuda_mma(kind: str) -> str:
-    shape, t = MMA_KINDS[kind]
-    ops = "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])"
-    tf32 = "" if kind != "tf32" else (
-        "/* float32 fragment registers rounded to TF32 in place: to nearest, ties away */\n"
-        "__device__ __forceinline__ void gpucg_to_tf32(unsigned* r, int n)\n{\n"
-        "    for (int i = 0; i < n; ++i)\n"
-        "        asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r[i]) : \"f\"(__uint_as_float(r[i])));\n"
-        "}\n")
-    return tf32 + (f"/* D = A * B + D, one {shape} tile, {t} inputs, float32 sums */\n"
-            f"__device__ __forceinline__ void gpucg_mma_{kind}(float* c, const unsigned* a, "
-            "const unsigned* b)\n{\n"
-            f"    asm volatile(\"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 "
-            "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\" : "
-            "\"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3]) : "
-            f"{ops});\n}}\n")
+    return (_CUDA_TF32 if kind == "tf32" else "") + cuda_mma(atom(kind))
 
 
 def _cuda_ldmatrix(num: int, trans: bool) -> str:
@@ -182,58 +171,6 @@ class CudaWarp(CudaShuffles):
 
 # -- OpenCL: the emulation ---------------------------------------------------------------------
 
-#: The emulated mma, one per kind. The tables it follows (PTX ISA, "Matrix Fragments for
-#: mma.m16n8k16 with floating point type" and "for mma.m16n8k8" .tf32), with
-#: g = groupID = lane >> 2, t = threadID_in_group = lane % 4:
-#:   m16n8k16 .f16/.bf16, registers of two elements, a_i in register i / 2:
-#:     A a0..a7: row g for a0,a1,a4,a5, g + 8 for a2,a3,a6,a7; col t*2 + (i & 1), + 8 for i >= 4
-#:     B b0..b3: row (k) t*2 + (i & 1), + 8 for b2,b3; col (n) g
-#:   m16n8k8 .tf32, one element a register:
-#:     A a0..a3: row g for a0,a2, g + 8 for a1,a3; col t for a0,a1, t + 4 for a2,a3
-#:     B b0,b1: row (k) t for b0, t + 4 for b1; col (n) g
-#:   C/D (both shapes) c0..c3: row g for c0,c1, g + 8 for c2,c3; col t*2 + (i & 1)
-#: Each lane stores its registers to the warp's scratch (A at lane*4, B at 128 + lane*2), and
-#: after a barrier computes its four sums by reading the A row and B column it needs through
-#: the inverse of the tables. tf32 operands are rounded as cvt.rna.tf32.f32 rounds: to 10
-#: mantissa bits, to nearest, ties away from zero.
-_OPENCL_MMA = """\
-{conv}/* emulated mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 (tables: gpucg/codegen/warp.py) */
-static inline void gpucg_mma_{kind}(__local uint* ws, int lane, float* c, const uint* a, const uint* b)
-{{
-    for (int i = 0; i < 4; ++i) ws[lane * 4 + i] = a[i];
-    ws[128 + lane * 2] = b[0];
-    ws[128 + lane * 2 + 1] = b[1];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {{
-        const int row = g + 8 * (i >> 1), col = t * 2 + (i & 1);
-        float s = c[i];
-        for (int k = 0; k < {K}; ++k) {{
-{body}
-        }}
-        c[i] = s;
-    }}
-    barrier(CLK_LOCAL_MEM_FENCE);
-}}
-"""
-
-_B16_BODY = """\
-            /* A(row, k): lane (row % 8) * 4 + (k % 8) / 2, element i = (k & 1) + 2 * (row / 8) + 4 * (k / 8) */
-            const int ia = (k & 1) + 2 * (row >> 3) + 4 * (k >> 3);
-            const int la = (row & 7) * 4 + ((k & 7) >> 1);
-            /* B(k, col): lane col * 4 + (k % 8) / 2, element i = (k & 1) + 2 * (k / 8) */
-            const int ib = (k & 1) + 2 * (k >> 3);
-            const int lb = col * 4 + ((k & 7) >> 1);
-            s += gpucg_b16_{kind}(ws, la * 4 + (ia >> 1), ia & 1)
-                * gpucg_b16_{kind}(ws, 128 + lb * 2 + (ib >> 1), ib & 1);"""
-
-_TF32_BODY = """\
-            /* A(row, k): lane (row % 8) * 4 + k % 4, register (row / 8) + 2 * (k / 4) */
-            const uint x = ws[((row & 7) * 4 + (k & 3)) * 4 + (row >> 3) + 2 * (k >> 2)];
-            /* B(k, col): lane col * 4 + k % 4, register k / 4 */
-            const uint y = ws[128 + (col * 4 + (k & 3)) * 2 + (k >> 2)];
-            s += as_float(gpucg_tf32(x)) * as_float(gpucg_tf32(y));"""
-
 _OPENCL_TF32 = """\
 /* float bits rounded to TF32 as cvt.rna.tf32.f32: 10 mantissa bits, nearest, ties away */
 static inline uint gpucg_tf32(uint u)
@@ -247,24 +184,8 @@ static inline void gpucg_to_tf32(uint* r, int n)
 }
 """
 
-_CONV_FN = """\
-static inline float gpucg_b16_{kind}(__local const uint* ws, int word, int high)
-{{
-{body}
-}}
-"""
-_CONV = {
-    "f16": "    return vload_half(word * 2 + high, (__local const half*)ws);",
-    "bf16": "    return as_float((high ? ws[word] >> 16 : ws[word] & 0xFFFFu) << 16);",
-}
-
-
 def _opencl_mma(kind: str) -> str:
-    shape, t = MMA_KINDS[kind]
-    body = _TF32_BODY if kind == "tf32" else _B16_BODY.format(kind=kind)
-    conv = "" if kind == "tf32" else _CONV_FN.format(kind=kind, body=_CONV[kind])
-    return ((_OPENCL_TF32 if kind == "tf32" else "") +
-            _OPENCL_MMA.format(kind=kind, shape=shape, t=t, K=MMA_K[kind], body=body, conv=conv))
+    return (_OPENCL_TF32 if kind == "tf32" else "") + opencl_mma(atom(kind))
 
 
 #: The emulated ldmatrix (PTX ISA, "ldmatrix"): lane i supplies the address of row i % 8 of
@@ -368,30 +289,6 @@ class OpenCLWarp(OpenCLShuffles):
 
 CUDA_WARP = CudaWarp()
 OPENCL_WARP = OpenCLWarp()
-
-
-# -- the shared-tile swizzle -------------------------------------------------------------------
-
-def swizzle(row, chunk, cpr: int):
-    """The physical 16-byte chunk of logical chunk ``chunk`` of tile row ``row``, in a tile of
-    ``cpr`` (a power of two) chunks a row: the chunk XOR a few bits of the row, chosen so that
-    any 8 consecutive rows read at one logical chunk (an ldmatrix 8x8 matrix), and any 8
-    consecutive chunks stored (a quarter warp's 16-byte cp.async), fall in 8 different
-    16-byte slots of a 128-byte line: one wavefront.
-
-    With ints it is the chunk; with strings (C expressions) it is the C expression computing
-    it, so the kernel and :func:`gpucg.strategies.gemm_mma.smem_requests` share one definition.
-    """
-    if cpr < 1 or cpr & (cpr - 1):
-        raise DTypeError(f"swizzle: chunks per row must be a power of two, got {cpr}")
-    if cpr == 1:
-        return chunk
-    shift = max(0, (8 // cpr).bit_length() - 1)  # rows sharing one 128-byte line: 8 / cpr
-    mask = min(cpr, 8) - 1
-    if isinstance(row, int) and isinstance(chunk, int):
-        return chunk ^ ((row >> shift) & mask)
-    r = f"({_p(row)} >> {shift})" if shift else _p(row)
-    return f"({_p(chunk)} ^ ({r} & {mask}))"
 
 
 def _p(expr) -> str:

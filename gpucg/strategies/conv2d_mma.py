@@ -50,34 +50,42 @@ def _run(ctx, gemm) -> None:
 DIRECT_MMA = kernel_impl("direct_mma", _run, gemm=Kernel(
     "conv2d/direct_mma.j2", doc="implicit GEMM on tensor cores: the im2col matrix gathered "
     "into the core's swizzled stages, mma.sync, the fused epilogue",
-    low_occupancy=lambda p: ("TF32 needs more registers a thread than __launch_bounds__(256, 2) "
-                             "leaves: one block an SM" if p.get("kind") == "tf32" else "")))
+    low_occupancy=gemm_mma.low_occupancy, dynamic_local=gemm_mma.dynamic_bytes))
 
 
-def layout(common: dict, kind: str, eb: int) -> dict:
-    """The operands' layouts and which may copy 16 bytes at a time: A (the im2col matrix)
-    always along K; the weights along K for OIHW (and for TF32, which ldmatrix cannot
-    transpose), else along the output channels; 16-byte runs where the rows hold whole chunks."""
+def layout(common: dict, kind: str, eb: int, plain: bool) -> dict:
+    """The operands' layouts and which may copy 16 bytes at a time. A (the im2col matrix) lies
+    along K; it is x itself, read as a matrix, for a 1x1 convolution with stride 1 and no
+    padding in NHWC (``plain``), and NHWC with whole 16-byte runs of each group's channels
+    copies 16 bytes. The weights lie along K for OIHW, along the output channels for HWIO; they
+    are read as a dense matrix where their memory order is K's ((c, r, s) for NCHW data,
+    (r, s, c) for NHWC; any order for 1x1), 16 bytes at a time where their rows are whole
+    chunks, else gathered element by element."""
     epc = 16 // eb
     nchw, oihw = common["nchw"], common["oihw"]
     k = common["Cg"] * common["KH"] * common["KW"]
-    b_k_major = oihw or kind == "tf32"
-    if b_k_major:
-        b_vec = nchw and oihw and k % epc == 0
+    one = common["KH"] * common["KW"] == 1
+    w_dense = one or nchw == oihw
+    if oihw:
+        b_vec = w_dense and k % epc == 0
     else:
-        b_vec = common["Og"] % epc == 0
-    return dict(a_k_major=True, b_k_major=b_k_major, a_vec=not nchw and common["Cg"] % epc == 0,
-                b_vec=b_vec)
+        b_vec = w_dense and common["Og"] % epc == 0 and common["O"] % epc == 0
+    a_vec = not nchw and common["Cg"] % epc == 0 and common["C"] % epc == 0
+    return dict(a_k_major=True, b_k_major=oihw, a_vec=a_vec, b_vec=b_vec, w_dense=w_dense,
+                x_dense=plain and not nchw and a_vec, mma_ld=True)
 
 
-def space(eb: int, small: bool, og: int) -> ConfigSpace:
+def space(kind: str, eb: int, b_k_major: bool, limit: int, small: bool, og: int,
+          fill=None) -> ConfigSpace:
     """gemm_mma's space; on a GPU with few output channels a group (64 or fewer) a tile tall
     along the pixels rather than wide along the channels."""
-    base = gemm_mma.mma_space(eb, small)
+    base = gemm_mma.mma_space(kind, eb, True, b_k_major, limit, small, fill)
     default = dict(base.default)
     if not small and og <= 64:
-        default.update(bm=128, bn=64, wm=32, wn=32)
-    return ConfigSpace(base.knobs, default, base.constraint)
+        default.update(bm=128, bn=64, wm=64, wn=32)
+        if not base.constraint(default):
+            default.update(stages=3)
+    return ConfigSpace(base.knobs, default, base.constraint, added={"raster": 1})
 
 
 def why_not_cuda(common: dict, eb: int) -> str:
@@ -111,10 +119,21 @@ def offer(s, geo, attrs, dtype: str, common: dict, info, target) -> None:
             s.exclude(DIRECT_MMA, gemm_mma.PLEVEL_CUDA, why)
             return
     pixels = sympy.sympify(geo.n) * sympy.sympify(geo.oh) * sympy.sympify(geo.ow)
+    lay = layout(common, kind, eb, plain_1x1(attrs, geo))
+    fill = (int(pixels), geo.o, target.capabilities.sm_count) if pixels.is_Integer else None
     s.add(DIRECT_MMA, gemm_mma.PLEVEL_TWIN if twin else gemm_mma.PLEVEL_CUDA, info=info,
           condition=None if twin else pixels >= MIN_PIXELS,
-          fixed=dict(common, kind=kind, EB=eb, **layout(common, kind, eb)),
-          space=space(eb, twin or target.on_cpu, common["Og"]))
+          fixed=dict(common, kind=kind, EB=eb, **lay),
+          space=space(kind, eb, lay["b_k_major"], gemm_mma.smem_limit(target, twin),
+                      twin or target.on_cpu, common["Og"], fill))
+
+
+def plain_1x1(attrs, geo) -> bool:
+    """Whether the convolution reads x as a matrix: a 1x1 kernel, stride 1, no padding."""
+    pads = attrs.padding
+    zero = pads in ("VALID", "SAME", "SAME_LOWER") or (
+        not isinstance(pads, str) and all(int(v) == 0 for v in pads))
+    return geo.kh == geo.kw == 1 and tuple(attrs.strides) == (1, 1) and zero
 
 
 # -- Winograd's batched product on the core -----------------------------------------------------
@@ -164,10 +183,8 @@ WINOGRAD_MMA = kernel_impl(
     input=Kernel("conv2d/winograd_input.j2", doc="the input transform B^T d B of every tile, "
                  "stored for the tensor cores"),
     gemm=Kernel("conv2d/winograd_gemm_mma.j2", doc="the alpha^2 products M = U V on tensor "
-                "cores (gemm/_mma.j2)",
-                low_occupancy=lambda p: ("TF32: more registers a thread than "
-                                         "__launch_bounds__ leaves" if p.get("kind") == "tf32"
-                                         else "")),
+                "cores (gemm/_mma.j2)", low_occupancy=gemm_mma.low_occupancy,
+                dynamic_local=gemm_mma.dynamic_bytes),
     output=Kernel("conv2d/winograd_output.j2",
                   doc="the output transform A^T M A, bias, activation, store"))
 
@@ -205,4 +222,5 @@ def offer_winograd(s, geo, attrs, dtype: str, common: dict, info, target, applie
                   a_k_major=True, b_k_major=tf32, v_pc=tf32, t_half=common["half"])
     s.add(WINOGRAD_MMA, gemm_mma.PLEVEL_TWIN if twin else PLEVEL_WINOGRAD, info=info,
           fixed=params,
-          space=gemm_mma.mma_space(eb, twin or target.on_cpu))
+          space=gemm_mma.mma_space(kind, eb, True, tf32, gemm_mma.smem_limit(target, twin),
+                                   twin or target.on_cpu))
