@@ -84,12 +84,11 @@ class Dialect:
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
-    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
-        """The helper functions of the warp operations a kernel uses: mma kinds, ldmatrix
-        (num, trans) variants and cp.async sizes (True: all of them); ``pack``: the format
-        (float16, bfloat16) :meth:`pack2` packs, if any (with :meth:`half_helpers` storing
-        it)."""
-        return self.warp.helpers(mma, ldmatrix, cp_async, self.half_format(pack) == "float16")
+    def warp_helpers(self, mma=(), pack=False) -> str:
+        """The helper functions of the warp operations a kernel uses: its mma kinds; ``pack``:
+        the format (float16, bfloat16) :meth:`pack2` packs, if any (with :meth:`half_helpers`
+        storing it). The tile operations' helpers: ``d.tile.helpers``."""
+        return self.warp.helpers(mma, self.half_format(pack) == "float16")
 
     def launch_bounds(self, threads: int, blocks: int) -> str:
         """A kernel qualifier asking for ``blocks`` resident blocks of ``threads`` (CUDA's
@@ -142,10 +141,6 @@ class Dialect:
         inclusive result (the first's: its own). More than a warp: 2 barriers."""
         return self.warp.block_scan(var, op, ctype, lanes, scratch, total, exclusive)
 
-    def smem(self, name: str, units: int) -> str:
-        """A 16-byte aligned shared array of ``units`` 16-bit units (tiles for the warp ops)."""
-        return self.warp.smem(name, units)
-
     def mma(self, kind: str, c: str, a: str, b: str) -> str:
         """c[0..3] += A * B for one warp tile: m16n8k16 (kind f16, bf16) or m16n8k8 (tf32)."""
         return self.warp.mma(kind, c, a, b)
@@ -179,14 +174,6 @@ class Dialect:
     def float_bits(self, x: str) -> str:
         """The bits of the float ``x`` as a 32-bit register (a tf32 fragment register)."""
         return self.warp.float_bits.format(x=x)
-
-    def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
-        """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""
-        return self.warp.ldmatrix(regs, num, trans, smem, off)
-
-    def cp_async(self, smem: str, off: str, src: str, nbytes: int, ok: str) -> str:
-        """Copy nbytes (4, 8, 16) from global src to smem + off, zeros where ok is false."""
-        return self.warp.cp_async(smem, off, src, nbytes, ok)
 
     def cp_async_commit(self) -> str:
         return self.warp.commit()

@@ -11,6 +11,10 @@ Only non-negative integers are meant: C's and Python's ``>>``, ``//`` and ``%`` 
 
 from __future__ import annotations
 
+import re
+
+_ATOM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^\[\]]*\])*|\d+|\([^()]*\)")
+
 #: C's precedence of the operators used (higher binds tighter), to parenthesize only as needed
 _PREC = {"*": 5, "/": 5, "%": 5, "+": 4, "-": 4, "<<": 3, ">>": 3, "&": 2, "^": 1, "|": 0}
 
@@ -20,8 +24,11 @@ class Ix:
 
     __slots__ = ("text", "prec")
 
-    def __init__(self, text: str, prec: int = 9):
+    def __init__(self, text: str, prec: int | None = None):
         self.text = str(text)
+        if prec is None:  # a name, an indexed name or a number is atomic; anything else is
+            # parenthesized wherever it is an operand
+            prec = 9 if _ATOM.fullmatch(self.text) else -1
         self.prec = prec
 
     def __str__(self) -> str:
@@ -35,7 +42,7 @@ class Ix:
         # parentheses around any compound operand of another operator (C's precedence of
         # shifts and bitwise operators surprises readers), and around a right operand of the
         # same one (left-associative)
-        if self.prec == 9 or (self.prec == prec and not right):
+        if self.prec == 9 or (self.prec == prec and not right and prec >= 0):
             return self.text
         return f"({self.text})"
 

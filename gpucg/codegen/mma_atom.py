@@ -308,3 +308,47 @@ def opencl_mma(a: MmaAtom) -> str:
 
 #: 32-bit words of local scratch an emulated warp needs for the widest atom's registers
 SCRATCH_WORDS = max(32 * (a.a_regs + a.b_regs) for a in ATOMS.values())
+
+
+def scores_as_a(a: MmaAtom):
+    """How one atom product's accumulators (C, float) become the next product's A fragment
+    (FlashAttention's P = softmax(S) fed to P V straight from S's registers): for each A
+    element i of a lane, the (C tile, C element) of the same lane it takes, and the key
+    permutation that makes this possible (``perm[k]``: the key, within the A tile's K, that
+    A's column k holds). Per lane and row, A's elements sorted by column take the C elements
+    covering those keys in column order; the permutation must be the same for every lane
+    (checked). 16-bit atoms: the identity (C's two columns a register are A's pair); TF32
+    (A k = t, t + 4 where C holds columns 2t, 2t + 1): keys 2t and 2t + 1 as k = t, t + 4."""
+    tiles = a.k // a.n
+    take, perm = [None] * a.a_elems, [None] * a.k
+    for lane in range(32):
+        rows: dict = {}
+        for i in range(a.a_elems):
+            r, k = a.a(lane, i)
+            rows.setdefault(r, [[], []])[0].append((k, i))
+        for j in range(tiles):
+            for e in range(a.c_elems):
+                r, col = a.c(lane, e)
+                if r in rows:
+                    rows[r][1].append((j * a.n + col, j, e))
+        for r, (aks, cks) in rows.items():
+            if len(aks) != len(cks):
+                raise DTypeError(f"atom {a.kind}: lane {lane} row {r} holds {len(aks)} A "
+                                 f"elements and {len(cks)} C elements")
+            for (k, i), (key, j, e) in zip(sorted(aks), sorted(cks)):
+                if take[i] not in (None, (j, e)) or perm[k] not in (None, key):
+                    raise DTypeError(f"atom {a.kind}: C -> A differs between lanes")
+                take[i], perm[k] = (j, e), key
+    return tuple(take), tuple(perm)
+
+
+def permuted_row(a: MmaAtom, perm, u: int):
+    """The C expression of the key (row of the second operand, within a k-step) that B element
+    ``u`` of a lane holds under the key permutation ``perm`` of :func:`scores_as_a`: affine in
+    the lane's threadID_in_group (checked; lanes of one group hold the same key)."""
+    keys = [perm[a.b(lane, u)[0]] for lane in range(4)]
+    step, first = keys[1] - keys[0], keys[0]
+    if any(keys[t] != first + step * t for t in range(4)) or any(
+            perm[a.b(lane, u)[0]] != keys[lane & 3] for lane in range(32)):
+        raise DTypeError(f"atom {a.kind}: permuted B rows are not affine in the lane")
+    return (Ix("lane") & 3) * step + first

@@ -24,7 +24,7 @@ _CUDA_LDSM = """\
 __device__ __forceinline__ void gpucg_ldsm_x{num}{suffix}(unsigned* r, unsigned addr)
 {{
     asm volatile("ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16 {{ {regs} }}, [%{num}];"
-                 : {outs} : "r"(addr) : "memory");
+        : {outs} : "r"(addr) : "memory");
 }}
 """
 _CUDA_CP16 = """\
@@ -32,7 +32,7 @@ _CUDA_CP16 = """\
 __device__ __forceinline__ void gpucg_cp16(unsigned dst, const void* src, int ok)
 {
     asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %1; cp.async.cg.shared.global [%0], [g], 16, %2; }"
-                 :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+        :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
 """
 _CUDA_CP4 = """\
@@ -40,7 +40,7 @@ _CUDA_CP4 = """\
 __device__ __forceinline__ void gpucg_cp4(unsigned dst, const void* src, int ok)
 {
     asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %1; cp.async.ca.shared.global [%0], [g], 4, %2; }"
-                 :: "r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
+        :: "r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
 }
 """
 _CUDA_BASE = """\
@@ -52,13 +52,15 @@ __device__ __forceinline__ unsigned gpucg_smem_addr(const void* p)
     return s;
 }
 """
-_CUDA_SCALARS = """\
+_CUDA_LDS32 = """\
 __device__ __forceinline__ unsigned gpucg_lds32(unsigned addr)
 {
     unsigned v;
     asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
     return v;
 }
+"""
+_CUDA_STS16 = """\
 __device__ __forceinline__ void gpucg_sts16(unsigned addr, unsigned short v)
 {
     asm volatile("st.shared.b16 [%0], %1;" :: "r"(addr), "h"(v) : "memory");
@@ -96,9 +98,11 @@ class CudaTileOps:
         """The dynamic block's declaration in the kernel's body."""
         return f"extern __shared__ __align__({int(align)}) unsigned char gpucg_smem[];"
 
-    def helpers(self, ldsm=(), cp=(), scalars: bool = False, tf32: bool = False) -> str:
+    def helpers(self, ldsm=(), cp=(), lds32: bool = False, sts16: bool = False,
+                tf32: bool = False) -> str:
         """The device functions a kernel uses: ldmatrix (num, trans) variants, cp.async sizes
-        (4, 16), the scalar loads and stores, the in-place TF32 rounding of a chunk."""
+        (4, 16), the 32-bit load and the 16-bit store, the in-place TF32 rounding of a
+        chunk."""
         parts = [_CUDA_BASE]
         for num, trans in sorted(set((_check(n), bool(t)) for n, t in ldsm)):
             parts.append(_CUDA_LDSM.format(
@@ -106,7 +110,8 @@ class CudaTileOps:
                 regs=", ".join(f"%{i}" for i in range(num)),
                 outs=", ".join(f'"=r"(r[{i}])' for i in range(num))))
         parts += [{16: _CUDA_CP16, 4: _CUDA_CP4}[n] for n in sorted(set(cp))]
-        parts += [_CUDA_SCALARS] if scalars else []
+        parts += [_CUDA_LDS32] if lds32 else []
+        parts += [_CUDA_STS16] if sts16 else []
         parts += [_CUDA_TF32_CHUNK] if tf32 else []
         return "\n".join(parts)
 
@@ -130,9 +135,15 @@ class CudaTileOps:
         return f"gpucg_tf32_chunk({addr});"
 
 
+#: The emulated ldmatrix (PTX ISA, "ldmatrix"): lane i supplies the address of row i % 8 of
+#: matrix i / 8 (lanes 0-7 for .x1, 0-15 for .x2, 0-31 for .x4); register j of lane t receives
+#: elements (t / 4, 2 * (t % 4)) and (t / 4, 2 * (t % 4) + 1) of matrix j, the first in its low
+#: half. With .trans it receives those elements of the transposed matrix: (row 2 * (t % 4),
+#: col t / 4) and (row 2 * (t % 4) + 1, col t / 4) of the matrix as stored.
 _OCL_LDSM = """\
-/* emulated ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16 on byte addresses (the table:
-   gpucg/codegen/warp.py): each lane gives the address of row lane % 8 of matrix lane / 8 */
+/* emulated ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16 on byte addresses (the PTX ISA's
+   table: gpucg/codegen/tile_ops.py): each lane gives the address of row lane % 8 of matrix
+   lane / 8 */
 static inline void gpucg_ldsm_x{num}{suffix}(__local uint* ws, int lane, uint* r, __local const uchar* smem, uint addr)
 {{
     __local const ushort* h = (__local const ushort*)smem;
@@ -172,7 +183,8 @@ class OpenCLTileOps:
     def smem_block(self, align: int) -> str:
         return ""
 
-    def helpers(self, ldsm=(), cp=(), scalars: bool = False, tf32: bool = False) -> str:
+    def helpers(self, ldsm=(), cp=(), lds32: bool = False, sts16: bool = False,
+                tf32: bool = False) -> str:
         parts = []
         for num, trans in sorted(set((_check(n), bool(t)) for n, t in ldsm)):
             parts.append(_OCL_LDSM.format(num=num, tr=".trans" if trans else "",
@@ -190,17 +202,23 @@ class OpenCLTileOps:
         if vt is None:
             raise DTypeError(f"tile copies move 4 or 16 bytes, not {nbytes}")
         zero = "0u" if nbytes == 4 else "(uint4)(0u)"
-        return (f"*(__local {vt}*)(gpucg_smem + ({dst})) = ({ok}) ? "
+        return (f"*(__local {vt}*)(gpucg_smem + {_p(dst)}) = {_p(ok)} ? "
                 f"*(__global const {vt}*)({src}) : {zero};")
 
     def lds32(self, addr: str) -> str:
-        return f"*(__local const uint*)(gpucg_smem + ({addr}))"
+        return f"*(__local const uint*)(gpucg_smem + {_p(addr)})"
 
     def sts16(self, addr: str, value: str) -> str:
-        return f"*(__local ushort*)(gpucg_smem + ({addr})) = {value};"
+        return f"*(__local ushort*)(gpucg_smem + {_p(addr)}) = {value};"
 
     def tf32_chunk(self, addr: str) -> str:
         return f"gpucg_tf32_chunk(gpucg_smem, {addr});"
+
+
+def _p(expr) -> str:
+    """``expr`` parenthesized unless it is one name or number."""
+    text = str(expr).strip()
+    return text if text.replace("_", "a").isalnum() else f"({text})"
 
 
 CUDA_TILE = CudaTileOps()

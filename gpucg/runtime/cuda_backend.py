@@ -35,10 +35,11 @@ class CudaProgram(Program):
 
     def launch(self, args, grid: tuple, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
-        for g, top in zip(grid, (2**31 - 1, 65535, 65535)):
+        for axis, g, top, name in zip("xyz", grid, (2**31 - 1, 65535, 65535),
+                                      ("2^31-1", "65535", "65535")):
             if g > top:
-                raise LaunchError(f"CUDA grid {grid} of {self.entry}: a dimension exceeds {top} "
-                                  "(x: 2^31-1, y and z: 65535)")
+                raise LaunchError(f"CUDA grid {grid} of {self.entry}: {axis} = {g} blocks "
+                                  f"exceeds {name}")
         events = self.backend._events
         try:
             if shared:
