@@ -38,6 +38,12 @@ from . import ops
 _builtin.load()
 
 
+#: subpackages loaded on first use, as SciPy's are: ``import gpucg`` stays light (it imports
+#: neither onnx nor the tuner) and ``gpucg.onnx.compile(...)`` still works after it
+SUBPACKAGES = ("autotune", "benchmarks", "codegen", "onnx", "records", "runtime", "strategies",
+               "verify")
+
+
 def __getattr__(name):
     # the resource report and the tuner load on first use: ``import gpucg`` stays light
     if name == "resources":
@@ -46,7 +52,15 @@ def __getattr__(name):
     if name == "tune":
         from .autotune.tuner import tune
         return tune
+    if name in SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'gpucg' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(SUBPACKAGES) | {"resources", "tune"})
 
 
 def stats(reset: bool = False) -> dict:

@@ -211,7 +211,8 @@ def cmd_run(args) -> int:
         for s in t.symbols:
             sizes.setdefault(s, 1000)
     rng = np.random.default_rng(0)
-    inputs = sample_inputs(compiled.input_types, rng, sizes=sizes)
+    inputs = sample_inputs(compiled.input_types, rng, sizes=sizes, op=compiled.op,
+                           attrs=compiled.attrs)
     result = compiled(*inputs)
     times = compiled.backend.time(lambda: compiled(*inputs), repeat=args.repeat, warmup=1)
     print(f"{compiled.op.name} on {compiled.target}: shapes "

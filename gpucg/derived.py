@@ -8,8 +8,12 @@ unknown: a symbol, or a floor, ceiling, Mod, Max or Min of symbols; ``a`` a nonz
 computable from the sizes already read) becomes a size symbol of its own, ``_s0``, and ``u``
 is ``_s0 - b`` (``a`` = 1), ``b - _s0`` (``a`` = -1) or ``floor((_s0 - b)/a)`` everywhere
 else: in the other inputs' dimensions (then checked), so in the output types, the constraints
-and the strategy's conditions. The strategy sees plain size symbols, as for any signature,
+and the strategy's conditions. A dimension not of that form (``batch*seq``: a model's rows
+flattened) is read whole, as one size, wherever it stands. The strategy sees plain size symbols, as for any signature,
 and the dispatcher binds ``_s0 = x.shape[2]`` and evaluates the rest with integer arithmetic.
+The other dimensions take the form they have for every size the dispatcher admits
+(:func:`admissible`): the type relation compares ``64*batch`` read as ``_s0`` with ``_s0``,
+not with ``64*floor(_s0/64)``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from dataclasses import dataclass
 
 import sympy
 
-from .errors import InputError
 from .shape import TensorType, simplify_dim
 
 
@@ -84,9 +87,8 @@ def _reduce(expr, sub: dict):
         expr = out
 
 
-def derive(input_types, names) -> Derivation:
-    """The :class:`Derivation` of a signature (``names``: the inputs' names, for errors).
-    Raises InputError for a dimension whose symbols cannot be read back."""
+def derive(input_types) -> Derivation:
+    """The :class:`Derivation` of a signature."""
     input_types = tuple(input_types)
     known = {d for t in input_types for d in t.shape if not isinstance(d, int) and d.is_Symbol}
     todo = [(i, axis, d) for i, t in enumerate(input_types) for axis, d in enumerate(t.shape)
@@ -112,22 +114,49 @@ def derive(input_types, names) -> Derivation:
             sizes[s] = Size(dim, i, axis, a, b)
             read[i, axis] = s
             progress = True
-    types = []
-    for i, t in enumerate(input_types):
-        dims = []
-        for axis, d in enumerate(t.shape):
-            if (i, axis) in read or isinstance(d, int) or d.free_symbols <= known:
-                dims.append(read.get((i, axis), d))
+        # a dimension still unsolved (batch*seq, a model's rows flattened; batch*total, an
+        # unknown times a known size) is read whole, and so is the same size wherever else it stands; its parts
+        # stay unknown (an input needing one of them alone is still refused below)
+        for i, axis, dim in todo:
+            e = _reduce(dim, sub)
+            if (i, axis) in read or not _unknowns(e, known):
                 continue
-            e = _reduce(d, sub)
-            left = sorted(map(str, e.free_symbols - known))
-            if left:
-                raise InputError(
-                    f"input {names[i]!r} dimension {axis}, {d}: symbol {left[0]} appears only "
-                    "inside sizes the dispatcher cannot solve for it; each symbol must be a "
-                    "whole dimension of some input, or appear in one as a*u + b with u the "
-                    "symbol or one floor/ceiling of it, a a nonzero int and b computable from "
-                    "the other sizes")
-            dims.append(simplify_dim(e))
+            s = sympy.Symbol(f"_s{len(sizes)}", integer=True, positive=True)
+            sub[e] = s
+            known.add(s)
+            sizes[s] = Size(dim, i, axis, 1, 0)
+            read[i, axis] = s
+            progress = True
+            break
+    types = []
+    for i, t in enumerate(input_types):  # every size is now read or computable
+        dims = [read.get((i, axis), d) if (i, axis) in read or isinstance(d, int) or
+                d.free_symbols <= known else admissible(_reduce(d, sub), sizes)
+                for axis, d in enumerate(t.shape)]
         types.append(TensorType(tuple(dims), t.dtype))
     return Derivation(tuple(types), sizes)
+
+
+def admissible(expr, sizes: dict):
+    """``expr`` in the simplest form it takes for every value of the derived sizes the
+    dispatcher admits, so that sizes equal for all of them compare equal in a type relation.
+
+    A size read from ``a*u + b`` with ``|a| > 1`` is checked to be ``b`` plus a multiple of
+    ``a``: written ``a*k + b`` (``k`` an integer), ``floor(_s0/64)`` is ``k`` and
+    ``64*floor(_s0/64)`` is ``64*k``, which is ``_s0`` back again; ``Mod(_s0, 64)`` is 0.
+    A part that does not come back to the read sizes (``floor(_s0/64)`` alone) stays as it was.
+    """
+    expr = sympy.sympify(expr)
+    steps = {s: (sympy.Dummy("k", integer=True), z) for s, z in sizes.items()
+             if abs(z.a) != 1 and s in expr.free_symbols}
+    if not steps:
+        return simplify_dim(expr)
+    e = sympy.expand(expr.xreplace({s: z.a * k + z.b for s, (k, z) in steps.items()}))
+    for s, (k, z) in steps.items():
+        if k not in e.free_symbols:
+            continue
+        lin = _linear(e, k)
+        if lin is None or lin[0] % z.a:
+            return simplify_dim(expr)
+        e = lin[0] // z.a * (s - z.b) + lin[1]
+    return simplify_dim(sympy.expand(e))

@@ -25,6 +25,7 @@ import numpy as np
 from . import counters
 from .compiled import CompiledOp
 from .errors import GpucgError
+from .half import is_ml_dtype
 from .interop import Framework, ingest, ingest_all, native_kind, wrap
 from .op import get_op
 from .runtime import alignment_of
@@ -140,7 +141,7 @@ def _steps(compiled, arrays, native):
             steps.append(None)
         elif kind == _DEVICE:
             steps.append(partial(_checked, compiled.backend.check_array, f"{op}: {name}"))
-        elif kind == _TORCH and type(a) is np.ndarray and a.dtype.kind != "V":  # not bfloat16
+        elif kind == _TORCH and type(a) is np.ndarray and not is_ml_dtype(a.dtype):
             steps.append(type(x).numpy)  # a CPU tensor's NumPy view, as DLPack gave
         else:
             steps.append(lambda x, name=name: ingest(x, name, op)[0])

@@ -6,9 +6,10 @@ NumPy view (np.from_dlpack), a CUDA tensor a CuPy view; the results go back to t
 framework through its ``from_dlpack`` (torch.from_dlpack, or the array API namespace's), so a
 torch tensor in gives a torch tensor out, on the device it came from.
 
-DLPack cannot carry bfloat16 into NumPy (NumPy has no such dtype): a CPU torch.bfloat16
-tensor comes in as a 16-bit integer view reinterpreted as ml_dtypes' bfloat16, and goes back
-the same way, without a copy.
+DLPack cannot carry bfloat16 or FP8 into NumPy (NumPy has no such dtypes; torch 2.13 exports
+float8 tensors, which np.from_dlpack refuses: "Unsupported dtype in DLTensor"): a CPU
+torch.bfloat16 or torch.float8_e4m3fn/float8_e5m2 tensor comes in as an integer view of its
+width reinterpreted as ml_dtypes' dtype, and goes back the same way, without a copy.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InputError, describe
-from .half import is_bfloat16, ml_dtypes
+from .half import ML_DTYPES, is_ml_dtype, ml_dtypes
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
@@ -63,8 +64,9 @@ class Framework:
             import torch
 
             if isinstance(out, np.ndarray):
-                if out.dtype.kind == "V" and is_bfloat16(out.dtype):  # .kind first: it is cheap
-                    return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
+                if out.dtype.kind in "Vf" and is_ml_dtype(out.dtype):  # .kind first: it is cheap
+                    bits = np.int16 if out.dtype.itemsize == 2 else np.uint8
+                    return torch.from_numpy(out.view(bits)).view(getattr(torch, out.dtype.name))
                 if out.flags.writeable:  # the same view as from_dlpack's, at half its cost
                     return torch.from_numpy(out)
             return torch.from_dlpack(out)
@@ -112,8 +114,9 @@ def ingest(x, name: str, op: str):
     if hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__"):
         device, _ = x.__dlpack_device__()
         device = int(device)
-        if "bfloat16" in str(getattr(x, "dtype", "")):
-            return _bfloat16_in(x, name, op, device), "numpy", framework
+        ml = str(getattr(x, "dtype", "")).rpartition(".")[2]
+        if ml in ML_DTYPES:
+            return _ml_dtype_in(x, ml, name, op, device), "numpy", framework
         if device in (_KDL_CPU, _KDL_CUDA_HOST):
             return np.from_dlpack(x), "numpy", framework
         if device in (_KDL_CUDA, _KDL_CUDA_MANAGED):
@@ -125,17 +128,18 @@ def ingest(x, name: str, op: str):
     raise InputError(f"{op}: {name}={describe(x)} must be {ALLOWED}")
 
 
-def _bfloat16_in(x, name: str, op: str, device: int):
-    """A CPU torch.bfloat16 tensor as an ml_dtypes bfloat16 NumPy view (DLPack has no way)."""
-    bf16 = ml_dtypes().bfloat16
+def _ml_dtype_in(x, dtype: str, name: str, op: str, device: int):
+    """A CPU torch.bfloat16 or float8 tensor as an ml_dtypes NumPy view (DLPack has no way)."""
+    ml = getattr(ml_dtypes(dtype), dtype)
     if type_name(x) != "torch.Tensor" or device not in (_KDL_CPU, _KDL_CUDA_HOST):
-        raise InputError(f"{op}: {name} is a bfloat16 {type_name(x)} on DLPack device type "
-                         f"{device}; gpucg takes bfloat16 as ml_dtypes NumPy arrays, pyopencl "
-                         "arrays and CPU torch tensors (NumPy and CuPy have no bfloat16 dtype "
+        raise InputError(f"{op}: {name} is a {dtype} {type_name(x)} on DLPack device type "
+                         f"{device}; gpucg takes {dtype} as ml_dtypes NumPy arrays, pyopencl "
+                         f"arrays and CPU torch tensors (NumPy and CuPy have no {dtype} dtype "
                          "to receive it through DLPack)")
     import torch
 
-    return np.from_dlpack(x.detach().view(torch.int16)).view(bf16)
+    bits = torch.int16 if dtype == "bfloat16" else torch.uint8
+    return np.from_dlpack(x.detach().view(bits)).view(ml)
 
 
 def ingest_all(arrays, names, op: str):

@@ -56,8 +56,10 @@ class RunContext:
     @property
     def outputs(self) -> tuple:
         if self._outputs is None:
-            self._outputs = tuple(self.backend.empty(s, t.dtype) for s, t in
-                                  zip(self.out_shapes, self.compiled.output_types))
+            inplace = dict(self.compiled.op.inplace)  # those are inputs, written in place
+            self._outputs = tuple(self.inputs[inplace[i]] if i in inplace else
+                                  self.backend.empty(s, t.dtype) for i, (s, t) in
+                                  enumerate(zip(self.out_shapes, self.compiled.output_types)))
         return self._outputs
 
     def kernels(self) -> dict:
@@ -67,6 +69,15 @@ class RunContext:
     def empty(self, shape, dtype):
         """A scratch array on the backend."""
         return self.backend.empty(shape, dtype)
+
+    def counter(self):
+        """A zeroed 32-bit word on the backend that a kernel counts bad input into (an atomic
+        add where it finds some); :meth:`count` reads it back after the launch."""
+        return self.backend.to_device(np.zeros(1, np.uint32))
+
+    def count(self, word) -> int:
+        """The value of a :meth:`counter` word (read back: waits for the kernels before)."""
+        return int(self.backend.to_host(word)[0])
 
     def size(self, value: int):
         """A size argument in the kernel's index type."""

@@ -10,20 +10,22 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .half import is_float
+from .half import is_float, numpy_dtype
 
 #: float tolerance, relative to the largest finite magnitude of the reference (at least 1)
-TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9}
+TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2, "float32": 1e-4, "float64": 1e-9,
+             "float8_e4m3fn": 1.3e-1, "float8_e5m2": 2.5e-1}
 #: the same where float32 products may round their operands to TF32 (allow_tf32: 10 mantissa bits)
 TF32_TOLERANCE = dict(TOLERANCE, float32=2e-3)
 
 
 def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | None = None,
                   magnitude: tuple[float, float] = (0.9, 1.1),
-                  signed: bool = False) -> list[np.ndarray]:
+                  signed: bool = False, op=None, attrs=None) -> list[np.ndarray]:
     """Arrays for ``input_types``: booleans half set, integers in [-3, 3] ([0, 3] unsigned,
     so products stay in range), floats of a magnitude in ``magnitude`` (both signs when
-    ``signed``, so sums cancel as in real data).
+    ``signed``, so sums cancel as in real data); then, given the operator (an OpDef) and its
+    attributes, made valid for it by its ``kernel_info.valid_samples``.
 
     ``sizes`` gives the value of each symbolic dimension (every dimension must be an int
     without it).
@@ -43,8 +45,9 @@ def sample_inputs(input_types, rng: np.random.Generator, *, sizes: Mapping | Non
             value = rng.uniform(*magnitude, size=shape)
             if signed:
                 value = value * rng.choice([-1.0, 1.0], size=shape)
-            out.append(value.astype(t.dtype))
-    return out
+            out.append(value.astype(numpy_dtype(t.dtype)))
+    fix = getattr(getattr(op, "kernel_info", None), "valid_samples", None)
+    return list(fix(out, attrs, rng)) if fix is not None else out
 
 
 def mismatch(got, want, tolerance: Mapping[str, float] = TOLERANCE) -> str:

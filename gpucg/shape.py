@@ -11,11 +11,12 @@ import numpy as np
 import sympy
 
 from .errors import DTypeError, InputError, describe
-from .half import ml_dtypes
+from .half import ML_DTYPES, ml_dtypes
 
 #: Every dtype gpucg knows. Operators may accept a subset.
 DTYPES: tuple[str, ...] = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-                           "uint64", "float16", "float32", "float64", "bfloat16")
+                           "uint64", "float16", "float32", "float64", "bfloat16",
+                           "float8_e4m3fn", "float8_e5m2")
 
 INT_MAX = 2**31 - 1
 
@@ -23,10 +24,10 @@ INT_MAX = 2**31 - 1
 def dtype_name(value, arg: str = "dtype", allowed: Iterable[str] = DTYPES) -> str:
     """Normalize a dtype (name, numpy dtype or type) to its whitelisted name."""
     allowed = tuple(allowed)
-    if isinstance(value, str) and value == "bfloat16":
-        if "bfloat16" not in allowed:
-            raise DTypeError(f"{arg}='bfloat16' is not supported; allowed: {', '.join(allowed)}")
-        ml_dtypes()  # registers the name with NumPy, or says what to install
+    if isinstance(value, str) and value in ML_DTYPES:
+        if value not in allowed:
+            raise DTypeError(f"{arg}={value!r} is not supported; allowed: {', '.join(allowed)}")
+        ml_dtypes(value)  # registers the name with NumPy, or says what to install
     try:
         name = np.dtype(value).name
     except TypeError:

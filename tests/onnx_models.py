@@ -16,6 +16,43 @@ import warnings
 import numpy as np
 
 
+def graph_model(nodes, inputs, outputs, consts, opset: int = 18):
+    """An onnx.ModelProto of ``nodes`` (onnx.helper): ``inputs`` as (name, element type,
+    dims), ``outputs`` as (name, element type), ``consts`` as initializers {name: array}."""
+    from onnx import helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(k, t, dims) for k, t, dims in inputs],
+        [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    # IR 10 (onnx 1.16): onnx >= 1.23 writes IR 14 by default, which onnxruntime < 1.31 refuses
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=10)
+
+
+def check_graph(memo: dict, name: str, build, target, feeds, sizes, atol: float):
+    """The graph ``build()`` compiled once per (name, target) (kept in ``memo``), run at each
+    (batch, size) of ``sizes`` with ``feeds(b, s)`` against onnxruntime, with no compile after
+    the first; returns the compiled model."""
+    import gpucg.onnx
+    import onnxruntime
+
+    if (name, target) not in memo:
+        proto = build()
+        memo[name, target] = (gpucg.onnx.compile(proto, target=target),
+                              onnxruntime.InferenceSession(
+                                  proto.SerializeToString(), providers=["CPUExecutionProvider"]))
+    m, session = memo[name, target]
+    count = m.compiles
+    for b, s in sizes:
+        inputs = feeds(b, s)
+        for got, want in zip(m.run(None, inputs), session.run(None, inputs)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=atol)
+    assert m.compiles == count, "a new size compiled an operator again"
+    return m
+
+
 def export(module, args, input_names, output_names, dynamic_axes, opset=17, keep_norms=False):
     """``module`` exported to ONNX (TorchScript exporter, constants folded), as a ModelProto.
     ``keep_norms``: batch norms stay BatchNormalization nodes (the exporter would fold them
@@ -33,7 +70,7 @@ def export(module, args, input_names, output_names, dynamic_axes, opset=17, keep
     return onnx.load_from_string(buf.getvalue())
 
 
-def _randomize_norms(module, seed: int) -> None:
+def randomize_norms(module, seed: int = 0) -> None:
     """Batch norms with running statistics and affine terms that are not the identity, so
     that folding them into the convolutions is tested on real numbers."""
     import torch
@@ -98,7 +135,7 @@ def resnet(width: int = 8, blocks=(1, 1), classes: int = 10, image: int = 32, se
 
     torch.manual_seed(seed)
     net = Net()
-    _randomize_norms(net, seed)
+    randomize_norms(net, seed)
     axes = {0: "batch", 2: "height", 3: "width"} if symbolic_image else {0: "batch"}
     model = export(net, (torch.randn(2, 3, image, image),), ["x"], ["logits"],
                    {"x": axes, "logits": {0: "batch"}}, keep_norms=True)

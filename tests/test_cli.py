@@ -160,6 +160,15 @@ def test_bench_dense_quick_has_reduced_precision_rows(capsys):
     _lowp_rows(out, 1)
 
 
+def test_bench_dense_fp8_rows(capsys):
+    code, out, _ = run(capsys, "bench", "dense", "--quick", "--repeat", "1", "--cases", "fp8",
+                       "--targets", "numpy")
+    assert code == 0, out
+    assert "gpucg numpy [numpy_dense_fp8.numpy]" in out and "TOO LARGE" not in out
+    assert "torch._scaled_mm (cpu)" in out
+    assert "gpucg cuda dense_fp8" in out and "square 1024" not in out
+
+
 def test_explain_conv2d_shows_the_winograd_guard(capsys):
     code, out, _ = run(capsys, "explain", "conv2d", "--input", "n,64,h,w:float32", "--input",
                        "64,64,3,3:float32", "--attr", "padding=1", "--target", "cuda")

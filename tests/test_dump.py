@@ -67,6 +67,20 @@ CALLS = [
     ("batch_matmul_tf32_transposed", "batch_matmul", (T((4, 64, n)), T((4, 48, 64))),
      dict(transpose_a=False, transpose_b=True, allow_tf32=True)),
     ("exp_float64", "exp", (T((n, m), "float64"),), {}),
+    ("silu_and_mul_float16", "silu_and_mul", (T((n, 2 * m), "float16"),), {}),
+    ("gelu_and_mul_tanh_bfloat16", "gelu_and_mul", (T((n, k, 2 * m), "bfloat16"),),
+     dict(approximate="tanh")),
+    ("rotary_neox_float16", "rotary_embedding", (T((n, 32, 128), "float16"),
+                                                 T((m, 64), "float32"), T((m, 64), "float32"),
+                                                 T((n,), "int64")), {}),
+    ("rotary_gptj_partial_bfloat16", "rotary_embedding",
+     (T((n, 8, 80), "bfloat16"), T((m, 32), "bfloat16"), T((m, 32), "bfloat16"),
+      T((n,), "int32")), dict(style="gptj", rotary_dim=64)),
+    ("dense_int4_zeros_bias", "dense_int4", (T((n, 4096), "float16"), T((m, 2048), "uint8"),
+                                             T((m, 32), "float16"), T((m,), "float16"),
+                                             T((m, 32), "uint8")), {}),
+    ("dense_int8_bfloat16", "dense_int8", (T((n, k), "bfloat16"), T((m, k), "int8"),
+                                           T((m,), "float32")), {}),
     ("activations_fused_float16", "fused", (T((n, m), "float16"), T((n, m), "float16")),
      dict(expr="multiply(silu(x0), add(mish(x1), selu(hardsigmoid(elu(softplus(hardswish(x0)"
                "), alpha=0.5), alpha=0.25))))")),
@@ -83,8 +97,17 @@ CALLS = [
                                           T((64,), "bfloat16"), T((n, 64), "bfloat16")),
      dict(activation="relu")),
     ("add_bfloat16_float16", "add", (T((n, m), "bfloat16"), T((m,), "float16")), {}),
+    ("cast_float32_float8", "cast", (T((n,), "float32"),), dict(dtype="float8_e4m3fn")),
+    ("dense_fp8_blockwise", "dense_fp8", (T((n, 256), "float8_e4m3fn"), T((64, 256), "float8_e5m2"),
+                                          T((n, 2), "float32"), T((1, 2), "float32"),
+                                          T((64,), "bfloat16")), dict(block_size=(128, 128))),
+    ("dense_fp8_per_token", "dense_fp8", (T((n, 96), "float8_e4m3fn"), T((64, 96), "float8_e4m3fn"),
+                                          T((n, 1), "float32"), T((64,), "float32")),
+     dict(out_dtype="float16")),
     ("topk_k300_bfloat16", "topk", (T((n, m), "bfloat16"),), dict(k=300)),
     ("rms_norm", "rms_norm", (T((n, m)), T((m,))), {}),
+    ("rms_norm_residual_float16", "rms_norm", (T((n, m), "float16"), T((m,), "float16"),
+                                               T((n, m), "float16")), {}),
     ("log_softmax_columns", "log_softmax", (T((n, m)),), dict(axis=0)),
     ("max_pool_ceil", "max_pool2d", (T((n, 8, h, w)),),
      dict(kernel=3, strides=2, padding=1, ceil_mode=True)),
@@ -113,6 +136,13 @@ CALLS = [
      + (T((m, k), "bool"),), dict(layout="BSHD", softcap=30.0)),
     ("attention_additive_mask_bfloat16", "attention", (T((n, 4, m, 80), "bfloat16"),)
      + (T((n, 4, k, 80), "bfloat16"),) * 2 + (T((n, 1, m, k), "float32"),), {}),
+    ("attention_window_alibi", "attention", (T((n, 8, m, 128), "float16"),)
+     + (T((n, 2, k, 128), "float16"),) * 2, dict(window=100, alibi_slopes=(0.5,) * 8)),
+    ("paged_attention_window_alibi", "paged_attention",
+     (T((n, m, 8, 64), "float16"),) + (T((k, 16, 2, 64), "float16"),) * 2
+     + (T((n, 4), "int32"), T((n,), "int32")), dict(window=32, alibi_slopes=(0.25,) * 8)),
+    ("kv_cache_write_int64_slots", "kv_cache_write", (T((n, 2, 64), "float16"),) * 2
+     + (T((k, 16, 2, 64), "float16"),) * 2 + (T((n,), "int64"),), {}),
 ]
 TARGETS = ["cuda", "opencl"]
 

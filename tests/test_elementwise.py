@@ -11,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpucg
+from gpucg.half import ML_DTYPES
 
 rng = np.random.default_rng(3)
 DTYPES = list(gpucg.DTYPES)
-#: the dtypes NumPy's own ufuncs compute as the kernels do (ml_dtypes' bfloat16 ufuncs round
-#: every step, the kernels keep float32 between operators: tests/test_bfloat16.py covers it)
-NUMPY_DTYPES = [d for d in DTYPES if d != "bfloat16"]
+#: the dtypes NumPy's own ufuncs compute as the kernels do (ml_dtypes' bfloat16 and FP8 ufuncs
+#: round every step, the kernels keep float32 between operators: tests/test_bfloat16.py and
+#: tests/test_fp8.py cover them)
+NUMPY_DTYPES = [d for d in DTYPES if d not in ML_DTYPES]
 UNARY = ["exp", "log", "sqrt", "rsqrt", "abs", "negative", "sigmoid", "tanh", "erf", "gelu",
          "relu", "leaky_relu", "clip"]
 BINARY = ["add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "equal",
@@ -366,7 +368,7 @@ def test_every_cuda_variant_compiles_with_nvrtc(nvrtc_or_skip):
 
     n, m = gpucg.var("n"), gpucg.var("m")
     sources = []
-    for dtype in DTYPES:  # 64-bit indexing for three dtypes, 32-bit for all
+    for dtype in NUMPY_DTYPES + ["bfloat16"]:  # 64-bit indexing for three, 32-bit for all (FP8: test_fp8)
         t = gpucg.tensor((n, m), dtype)
         index = "auto" if dtype in ("float16", "int64", "float32") else "int32"
         for op, other in itertools.chain(((op, ()) for op in UNARY),

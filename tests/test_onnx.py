@@ -120,9 +120,10 @@ def test_unsupported_nodes_are_listed_before_anything_runs():
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="ok"),
              helper.make_node("Hardmax", ["a"], ["b"], name="hm"),
              helper.make_node("Frobnicate", ["b"], ["c"], name="custom", domain="com.example"),
-             helper.make_node("Conv", ["x3", "w"], ["y"], name="conv1d")]
-    x3 = helper.make_tensor_value_info("x3", TensorProto.FLOAT, ["n", 4, 9])
-    w = numpy_helper.from_array(np.ones((2, 4, 3), np.float32), "w")
+             helper.make_node("Shape", ["c"], ["s"], name="folded"),  # foldable: not listed
+             helper.make_node("Conv", ["x3", "w"], ["y"], name="conv3d")]
+    x3 = helper.make_tensor_value_info("x3", TensorProto.FLOAT, ["n", 4, 5, 5, 5])
+    w = numpy_helper.from_array(np.ones((2, 4, 3, 3, 3), np.float32), "w")
     model = helper.make_model(helper.make_graph(nodes, "g", [x, x3], [y], [w]),
                               opset_imports=[helper.make_opsetid("", 17),
                                              helper.make_opsetid("com.example", 1)])
@@ -133,7 +134,8 @@ def test_unsupported_nodes_are_listed_before_anything_runs():
     assert "3 node(s) have no gpucg operator" in text
     assert "hm (Hardmax) domain 'ai.onnx'" in text
     assert "custom (Frobnicate) domain 'com.example'" in text
-    assert "conv1d (Conv) domain 'ai.onnx': conv1d (Conv): gpucg.onnx runs 2-D" in text
+    assert "conv3d (Conv) domain 'ai.onnx': conv3d (Conv): a convolution with 3 spatial" in text
+    assert "folded" not in text
     assert isinstance(info.value, gpucg.GpucgError) and gpucg.stats()["runs"] == 0
 
 

@@ -84,10 +84,27 @@ def test_docs_coverage_table_lists_every_lowered_operator():
     """docs/onnx.md's operator coverage table names every ONNX operator gpucg.onnx lowers."""
     from pathlib import Path
 
-    from gpucg.onnx.lower import TABLE
+    from gpucg.onnx.nodes import TABLE
 
     doc = (Path(__file__).parent.parent / "docs" / "onnx.md").read_text()
     table = doc[doc.index("## Operator coverage"):doc.index("## Speed")]
     named = {w.strip(" `") for row in table.splitlines() if row.startswith("| ")
              for w in row.split("|")[1].replace(",", " ").split()}
     assert not set(TABLE) - named, sorted(set(TABLE) - named)
+
+
+def test_subpackages_load_on_first_use_and_python_m_gpucg_runs():
+    """``import gpucg`` imports neither gpucg.onnx nor onnx, yet ``gpucg.onnx.compile`` is
+    there after it (a lazy attribute, as SciPy's subpackages); ``python -m gpucg`` is the CLI."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gpucg; before = {'onnx', 'gpucg.onnx', 'gpucg.autotune'} & "
+            "set(sys.modules); f = gpucg.onnx.compile; v = gpucg.verify; "
+            "print(sorted(before), callable(f), 'onnx' in dir(gpucg))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["[]", "True", "True"]
+    cli = subprocess.run([sys.executable, "-m", "gpucg", "onnx", "--help"], capture_output=True,
+                         text=True)
+    assert cli.returncode == 0 and "explain" in cli.stdout

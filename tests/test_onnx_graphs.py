@@ -15,22 +15,16 @@ for _module in ("onnx", "onnxruntime"):
         pytest.skip(f"gpucg.onnx's tests need {_module} (pip install 'gpucg[test]')",
                     allow_module_level=True)
 
-import onnxruntime  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 import gpucg.onnx  # noqa: E402
+import onnx_models  # noqa: E402
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 N = helper.make_node
 
 
-def _model(nodes, inputs, outputs, consts):
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(k, t, dims) for k, t, dims in inputs],
-        [helper.make_tensor_value_info(k, t, None) for k, t in outputs],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
-    # IR 10 (onnx 1.16): onnx >= 1.23 writes IR 14 by default, which onnxruntime < 1.31 refuses
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+_model = onnx_models.graph_model
 
 
 def _sdpa(form: str):
@@ -103,20 +97,9 @@ def compiled():
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
-    if (name, target) not in compiled:
-        proto = GRAPHS[name]()
-        compiled[name, target] = (gpucg.onnx.compile(proto, target=target),
-                                  onnxruntime.InferenceSession(
-                                      proto.SerializeToString(),
-                                      providers=["CPUExecutionProvider"]))
-    m, session = compiled[name, target]
-    count, rng = m.compiles, np.random.default_rng(1)
-    for b, s in ((1, 5), (3, 11)):
-        feeds = _feeds(name, b, s, rng)
-        for got, want in zip(m.run(None, feeds), session.run(None, feeds)):
-            assert got.shape == want.shape
-            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
-    assert m.compiles == count, "a new size compiled an operator again"
+    rng = np.random.default_rng(1)
+    m = onnx_models.check_graph(compiled, name, GRAPHS[name], target,
+                                lambda b, s: _feeds(name, b, s, rng), ((1, 5), (3, 11)), 2e-6)
     text = m.explain()
     if name.startswith("sdpa"):  # the scales and the MatMul, Softmax, MatMul: one attention
         assert text.count("-> gpucg.ops.attention(causal=False, scale=0.25") == 1

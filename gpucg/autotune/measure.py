@@ -118,7 +118,8 @@ class Measurer:
                 with np.load(task.data) as z:
                     inputs = [z[f"arr_{i}"] for i in range(len(z.files))]
             else:
-                inputs = sample_inputs(task.input_types, np.random.default_rng(task.seed))
+                inputs = sample_inputs(task.input_types, np.random.default_rng(task.seed),
+                                       op=get_op(task.op), attrs=task.attrs)
             ref = get_op(task.op).reference(*inputs, task.attrs)
             self._workload, self._inputs, self._ref = task.workload, inputs, ref
         return self._inputs, self._ref

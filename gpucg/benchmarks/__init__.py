@@ -7,7 +7,8 @@ import importlib
 #: benchmark name -> module under gpucg.benchmarks with a ``main(argv) -> int``
 BENCHMARKS = {"conv2d": "conv2d", "dense": "dense", "scan": "scan", "topk": "topk",
               "tune": "tune", "reduce": "reduce", "softmax": "softmax",
-              "attention": "attention", "models": "models", "sort": "sort"}
+              "attention": "attention", "models": "models", "sort": "sort",
+              "llm_ops": "llm_ops", "quant": "quant"}
 
 
 def run_benchmark(op: str, argv) -> int:

@@ -55,6 +55,43 @@ def kernel_note(kt: float | None, gbytes: float) -> str:
     return "" if kt is None else f"; kernels {kt * 1e3:.3f} ms ({gbytes / kt:.0f} GB/s)"
 
 
+def tests_module(name: str):
+    """A helper module of the test suite (tests/NAME.py, the models' builders), imported from
+    a source checkout; tests/ joins sys.path so that its helpers import one another."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "tests"
+    if not (folder / f"{name}.py").exists():
+        raise SystemExit(f"this benchmark builds its models with {folder / name}.py: run it "
+                         "from a source checkout of gpucg")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return importlib.import_module(name)
+
+
+def interleaved_times(calls: dict, repeat: int, warmup: int = 1) -> dict:
+    """(median wall, min wall, median CPU) seconds per call of each function, the calls taken
+    in turns (one of each a round), so that a shared machine's changing load falls on every
+    row alike (timing one implementation after the other let a minute's load swing decide
+    the ratios). The CPU time (the process's, all threads) is the work a call did, whatever
+    the wait for a core: with one thread everywhere, the steadier figure on a loaded machine."""
+    for _ in range(warmup):
+        for fn in calls.values():
+            fn()
+    wall: dict = {k: [] for k in calls}
+    cpu: dict = {k: [] for k in calls}
+    for _ in range(repeat):
+        for k, fn in calls.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    return {k: (float(np.median(wall[k])), float(np.min(wall[k])), float(np.median(cpu[k])))
+            for k in calls}
+
+
 def torch_or_none():
     """The torch module if it is installed, else None."""
     try:

@@ -2,7 +2,8 @@
 torch on a GPU: times, ratios, TFLOP/s (2 * batch * m * n * k per product).
 
 Each case also has float16, bfloat16 and TF32 rows (gpucg.benchmarks.lowp: cuBLAS through
-torch beside gpucg's CUDA kernels), "not measured on a GPU" without one.
+torch beside gpucg's CUDA kernels), "not measured on a GPU" without one; then dense_fp8 beside
+torch._scaled_mm (gpucg.benchmarks.fp8; ``--cases fp8`` runs those alone).
 
 The BERT FFN case runs the fused bias + gelu beside our plain GEMM of the same shape, so the
 cost of the epilogue shows. On a GPU torch runs with TF32 off (float32 sums, as ours), and
@@ -19,7 +20,7 @@ import numpy as np
 import gpucg
 from gpucg.runtime import backend_status, get_backend
 
-from . import lowp
+from . import fp8, lowp
 from .common import banner, median_time, parser, print_case, torch_cuda_time, torch_or_none
 
 #: (name, op, batch, m, n, k, attrs, GPU only)
@@ -152,6 +153,8 @@ def main(argv=()) -> int:
         lowp.print_rows(name, op, [a, b], {}, plain,
                         (lambda x, w: x @ w.T) if op == "dense" else (lambda x, w: x @ w),
                         args.repeat, tflop, results)
+    if not args.cases or any("fp8" in key.lower() for key in args.cases.split(",")):
+        ok = fp8.print_rows(args, targets, rng, results) and ok
     if args.json:
         print(json.dumps({"results": results}, indent=1))
     return 0 if ok else 1

@@ -13,32 +13,23 @@ Goal on a CPU: the numpy target within 1.5x of onnxruntime on both models.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
 from ..runtime import backend_status
-from .common import banner, parser, torch_or_none
+from .common import banner, interleaved_times, parser, tests_module, torch_or_none
 from .lowp import NOT_MEASURED, gpu_present
 
 #: (model, batch sizes); --quick runs batch 1 only
 MODELS = {"resnet18": (1, 8), "bert": (1, 8)}
 SEQ = 128
-BUILDERS = Path(__file__).resolve().parents[2] / "tests" / "onnx_models.py"
 
 
 def _builders():
-    if not BUILDERS.exists():
-        raise SystemExit(f"gpucg bench models builds its models with {BUILDERS}: run it from "
-                         "a source checkout of gpucg")
-    spec = importlib.util.spec_from_file_location("onnx_models", BUILDERS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tests_module("onnx_models")
 
 
 def _build(name: str):
@@ -72,27 +63,6 @@ def _ours(onnx_bytes: bytes, target: str):
 def _row(label, t, base, torch_t, note=""):
     torch_ratio = f"{t / torch_t:8.2f}" if torch_t else f"{'-':>8}"
     print(f"  {label:<44} {t * 1e3:10.2f} {t / base:8.2f} {torch_ratio}  {note}")
-
-
-def interleaved_times(calls: dict, repeat: int, warmup: int = 1) -> dict:
-    """(median wall, min wall, median CPU) seconds per call of each function, the calls taken
-    in turns (one of each a round), so that a shared machine's changing load falls on every
-    row alike (timing one implementation after the other let a minute's load swing decide
-    the ratios). The CPU time (the process's, all threads) is the work a call did, whatever
-    the wait for a core: with one thread everywhere, the steadier figure on a loaded machine."""
-    for _ in range(warmup):
-        for fn in calls.values():
-            fn()
-    wall: dict = {k: [] for k in calls}
-    cpu: dict = {k: [] for k in calls}
-    for _ in range(repeat):
-        for k, fn in calls.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            wall[k].append(time.perf_counter() - t0)
-            cpu[k].append(time.process_time() - c0)
-    return {k: (float(np.median(wall[k])), float(np.min(wall[k])), float(np.median(cpu[k])))
-            for k in calls}
 
 
 def run_model(name: str, batches, targets, repeat: int, results: list, threads=None) -> None:
@@ -155,6 +125,10 @@ def run_model(name: str, batches, targets, repeat: int, results: list, threads=N
 
 
 def main(argv=()) -> int:
+    if "--onnx" in argv:  # issue 35's table of real architectures (gpucg/benchmarks/zoo.py)
+        from .zoo import main as zoo_main
+
+        return zoo_main(argv)
     p = parser("models", "batch 1 only")
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma-separated models (default: {','.join(MODELS)})")

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import DTypeError
-from ..half import HALF_DTYPES
+from ..half import FP8_DTYPES, STORAGE_DTYPES
+from . import fp8 as _fp8
 from . import half_fns as _half
 from . import vector as _vec
 from .shuffle import SHFL_WORDS
@@ -49,22 +50,11 @@ class Dialect:
     device_fn: str = ""
     #: suffix that makes a hex literal 64-bit unsigned
     u64_suffix: str = "UL"
-    #: the 16-bit float type as a storage format, how a float is loaded from and stored to it
-    #: (``{ptr}``, ``{index}``, ``{value}``), and the helper each needs. OpenCL needs none:
-    #: vload_half/vstore_half are core, unlike half arithmetic; CUDA converts with one PTX
-    #: instruction each way, so no cuda_fp16.h, which NVRTC cannot always find.
-    half_storage: str = "half"
-    half_load: str = ""
-    half_store: str = ""
-    half_load_fn: str = ""
-    half_store_fn: str = ""
-    #: the same for bfloat16 (float32's upper 16 bits): loaded by a shift into the high half of
-    #: a float's bits, stored rounded to nearest even with NaN kept a (quiet) NaN
-    bf16_storage: str = "ushort"
-    bf16_load: str = ""
-    bf16_store: str = ""
-    bf16_load_fn: str = ""
-    bf16_store_fn: str = ""
+    #: the narrow float formats (float16, bfloat16, FP8) kept in memory and computed as float:
+    #: dtype name -> StorageFormat (gpucg/codegen/half_fns.py, fp8.py). CUDA converts with
+    #: PTX instructions (no cuda_fp16.h, which NVRTC cannot always find), OpenCL with
+    #: vload_half/vstore_half and integer arithmetic
+    formats: dict = field(default_factory=dict)
     #: a work-group barrier that also orders global memory: work-items that read a global
     #: value another work-item of the group then writes need it (OpenCL's local-memory
     #: barrier orders local memory only; CUDA's __syncthreads orders both)
@@ -154,6 +144,8 @@ class Dialect:
         """Store floats a, b at ptr[index], ptr[index + 1] in one access (float2, or two
         16-bit floats rounded to nearest even); ptr + index must be aligned to the pair."""
         fmt = self.half_format(half)
+        if fmt in FP8_DTYPES:
+            raise DTypeError(f"store2 stores float, float16 or bfloat16 pairs, not {fmt}")
         if fmt == "bfloat16":  # one 32-bit word of two rounded halves, the lower at index
             u, g = self.utype(32), f"{self.global_ptr} " if self.global_ptr else ""
             return (f"*({g}{u}*)({ptr} + {index}) = ({u})gpucg_f2bf({a}) | "
@@ -187,8 +179,8 @@ class Dialect:
     def vlanes(self, dtype: str) -> int:
         return _vec.lanes(dtype)
 
-    def vload(self, dst: str, ptr: str, index: str, dtype: str, count: int) -> str:
-        return _vec.vload(self, dst, ptr, index, dtype, count)
+    def vload(self, dst: str, ptr: str, index: str, dtype: str, count: int, space="global") -> str:
+        return _vec.vload(self, dst, ptr, index, dtype, count, space)
 
     def vstore(self, ptr: str, index: str, values, dtype: str) -> str:
         return _vec.vstore(self, ptr, index, values, dtype)
@@ -241,50 +233,62 @@ class Dialect:
         """Atomically add to a 32-bit unsigned int in global or local memory; yields the old value."""
         return f"{self.atomic_add_fn}({ptr}, {value})"
 
-    # A 16-bit float buffer is named by its storage format, ``half``: "float16", "bfloat16", True
-    # (float16, as templates wrote it before bfloat16), or anything falsy for a float buffer.
+    # A narrow float buffer is named by its storage format, ``half``: "float16", "bfloat16",
+    # an FP8 name, True (float16, as templates wrote it before the others), or anything falsy
+    # for a float buffer.
 
     @staticmethod
     def half_format(half) -> str:
-        """"float16", "bfloat16", or "" for a buffer that is not 16-bit float storage."""
+        """The storage format (a name of gpucg.half.STORAGE_DTYPES), or "" for a buffer that
+        is not narrow float storage."""
         if half is True:
             return "float16"
-        return half if half in HALF_DTYPES else ""
+        return half if half in STORAGE_DTYPES else ""
 
     def storage(self, half) -> str:
-        """The element type of a float buffer: float, or a 16-bit format kept only in memory."""
+        """The element type of a float buffer: float, or a narrow format kept only in memory."""
         fmt = self.half_format(half)
-        return {"float16": self.half_storage, "bfloat16": self.bf16_storage}.get(fmt, "float")
+        return self.formats[fmt].ctype if fmt else "float"
 
     def load(self, ptr: str, index: str, half) -> str:
-        """``ptr[index]`` as a float; 16-bit buffers are converted (no half arithmetic needed)."""
+        """``ptr[index]`` as a float; narrow buffers are converted (no half arithmetic needed)."""
         fmt = self.half_format(half)
-        if not fmt:
-            return f"{ptr}[{index}]"
-        spelling = self.half_load if fmt == "float16" else self.bf16_load
-        return spelling.format(ptr=ptr, index=index)
+        return self.formats[fmt].load.format(ptr=ptr, index=index) if fmt else f"{ptr}[{index}]"
 
     def store(self, ptr: str, index: str, value: str, half) -> str:
-        """A statement storing the float ``value`` at ``ptr[index]`` (16-bit formats rounded to
+        """A statement storing the float ``value`` at ``ptr[index]`` (narrow formats rounded to
         nearest even)."""
         fmt = self.half_format(half)
         if not fmt:
             return f"{ptr}[{index}] = {value};"
-        spelling = self.half_store if fmt == "float16" else self.bf16_store
-        return spelling.format(ptr=ptr, index=index, value=value)
+        return self.formats[fmt].store.format(ptr=ptr, index=index, value=value)
+
+    def round_to(self, value: str, half) -> str:
+        """The float ``value`` rounded to the narrow format ``half`` and back (what a store then
+        a load gives, in a register); ``value`` itself for other buffers. The kernel defines
+        the format's load and store helpers (:meth:`half_helpers`) and :meth:`round_helpers`."""
+        fmt = self.half_format(half)
+        if fmt and not self.formats[fmt].round:
+            raise DTypeError(f"{self.name}: no rounding to {fmt} in a register")
+        return self.formats[fmt].round.format(value=value) if fmt else value
+
+    def round_helpers(self, half) -> str:
+        """The helper :meth:`round_to` needs for ``half`` beyond the load and store ones."""
+        fmt = self.half_format(half)
+        return self.formats[fmt].round_fn if fmt else ""
 
     def _formats(self, used) -> set:
         items = used if isinstance(used, (list, tuple, set, frozenset)) else (used,)
         return {f for f in map(self.half_format, items) if f}
 
     def half_helpers(self, load, store) -> str:
-        """The helper functions a kernel that loads (``load``) or stores (``store``) 16-bit
+        """The helper functions a kernel that loads (``load``) or stores (``store``) narrow
         floats needs, and only those. Each argument is a format (see :meth:`storage`), a bool
         (float16), or a list of them."""
         loads, stores = self._formats(load), self._formats(store)
-        fns = ((self.half_load_fn, "float16" in loads), (self.half_store_fn, "float16" in stores),
-               (self.bf16_load_fn, "bfloat16" in loads), (self.bf16_store_fn, "bfloat16" in stores))
-        return "\n".join(fn for fn, used in fns if used and fn)
+        fns = [fn for name, f in self.formats.items()
+               for fn, used in ((f.load_fn, name in loads), (f.store_fn, name in stores)) if used]
+        return "\n".join(fn for fn in fns if fn)
 
     @property
     def half_preamble(self) -> str:
@@ -323,21 +327,13 @@ CUDA = Dialect(
     atomic_add_fn="atomicAdd",
     types={"bool": "unsigned char", **_INT_TYPES_CUDA,
            "float16": "__half", "float32": "float", "float64": "double"},
-    # 16-bit floats are storage only (see half_storage): no kernel includes cuda_fp16.h
+    # narrow floats are storage only (see formats): no kernel includes cuda_fp16.h
     type_preambles={},
     source_ext=".cu",
     utypes={8: "unsigned char", 16: "unsigned short", 32: "unsigned int", 64: "unsigned long long"},
     device_fn="__device__ __forceinline__",
     u64_suffix="ULL",
-    half_storage="unsigned short",
-    half_load="gpucg_h2f({ptr}[{index}])",
-    half_store="{ptr}[{index}] = gpucg_f2h({value});",
-    half_load_fn=_half.CUDA_H2F,
-    half_store_fn=_half.CUDA_F2H,
-    bf16_storage="unsigned short",
-    bf16_load="__uint_as_float((unsigned int){ptr}[{index}] << 16)",
-    bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
-    bf16_store_fn=_half.CUDA_F2BF,
+    formats={**_half.CUDA_FORMATS, **_fp8.CUDA_FORMATS},
     barrier_global="__syncthreads();",
     warp=CUDA_WARP,
     sync=CUDA_SYNC,
@@ -367,12 +363,7 @@ OPENCL = Dialect(
     utypes={8: "uchar", 16: "ushort", 32: "uint", 64: "ulong"},
     device_fn="static inline",
     u64_suffix="UL",
-    half_load="vload_half({index}, {ptr})",
-    half_store="vstore_half_rte({value}, {index}, {ptr});",
-    bf16_storage="ushort",
-    bf16_load="as_float((uint){ptr}[{index}] << 16)",
-    bf16_store="{ptr}[{index}] = gpucg_f2bf({value});",
-    bf16_store_fn=_half.OPENCL_F2BF,
+    formats={**_half.OPENCL_FORMATS, **_fp8.OPENCL_FORMATS},
     barrier_global="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
     warp=OPENCL_WARP,
     sync=OPENCL_SYNC,

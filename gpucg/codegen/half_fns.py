@@ -1,5 +1,30 @@
-"""The 16-bit float conversions a kernel defines when it loads or stores float16 or bfloat16
-(the Dialect fields half_load_fn, half_store_fn, bf16_store_fn name these texts)."""
+"""The 16-bit float conversions a kernel defines when it loads or stores float16 or bfloat16,
+and each dialect's storage formats (:class:`StorageFormat`: the 16-bit ones here, the 8-bit
+ones in gpucg/codegen/fp8.py) that Dialect.storage/load/store/half_helpers read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StorageFormat:
+    """How a dialect keeps one narrow float format in memory: the element type, a load as a
+    float (``{ptr}``, ``{index}``), a store from a float (``{value}`` too), the helper
+    functions each needs, (for packed vector accesses) the conversions of the element's
+    bits (``{bits}``) and to them, and a float ``{value}`` rounded to the format and back in
+    a register (what a store then a load gives) with the helper that needs beyond those of
+    the load and the store ("": not offered)."""
+
+    ctype: str
+    load: str
+    store: str
+    load_fn: str = ""
+    store_fn: str = ""
+    from_bits: str = ""
+    to_bits: str = ""
+    round: str = ""
+    round_fn: str = ""
 
 CUDA_H2F = (
     "/* float16 bits to float: one PTX cvt (no cuda_fp16.h) */\n"
@@ -30,3 +55,32 @@ OPENCL_F2BF = (
     "    const uint u = as_uint(f);\n"
     "    if ((u & 0x7FFFFFFFU) > 0x7F800000U) return (ushort)(((u >> 16) & 0x8000U) | 0x7FC0U);\n"
     "    return (ushort)((u + 0x7FFFU + ((u >> 16) & 1U)) >> 16);\n}\n")
+
+
+OPENCL_ROUND_H = (
+    "/* float rounded to float16 and back (nearest even), through a private half: no\n"
+    "   cl_khr_fp16 needed */\n"
+    "static inline float gpucg_round_h(float f)\n{\n"
+    "    ushort h;\n"
+    "    vstore_half_rte(f, 0, (half*)&h);\n"
+    "    return vload_half(0, (const half*)&h);\n}\n")
+
+
+CUDA_FORMATS = {
+    "float16": StorageFormat("unsigned short", "gpucg_h2f({ptr}[{index}])",
+                             "{ptr}[{index}] = gpucg_f2h({value});", CUDA_H2F, CUDA_F2H,
+                             round="gpucg_h2f(gpucg_f2h({value}))"),
+    "bfloat16": StorageFormat("unsigned short",
+                              "__uint_as_float((unsigned int){ptr}[{index}] << 16)",
+                              "{ptr}[{index}] = gpucg_f2bf({value});", "", CUDA_F2BF,
+                              round="__uint_as_float((unsigned int)gpucg_f2bf({value}) << 16)"),
+}
+# vload_half/vstore_half are core OpenCL (unlike half arithmetic): no helper, no cl_khr_fp16
+OPENCL_FORMATS = {
+    "float16": StorageFormat("half", "vload_half({index}, {ptr})",
+                             "vstore_half_rte({value}, {index}, {ptr});",
+                             round="gpucg_round_h({value})", round_fn=OPENCL_ROUND_H),
+    "bfloat16": StorageFormat("ushort", "as_float((uint){ptr}[{index}] << 16)",
+                              "{ptr}[{index}] = gpucg_f2bf({value});", "", OPENCL_F2BF,
+                              round="as_float((uint)gpucg_f2bf({value}) << 16)"),
+}

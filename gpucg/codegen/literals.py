@@ -26,8 +26,9 @@ class FloatKind:
     suffix: str
 
 
-#: every float dtype gpucg computes with
+#: every float dtype gpucg computes with (the narrow storage formats in float32)
 FLOATS = {"float16": FloatKind("float32", "f"), "bfloat16": FloatKind("float32", "f"),
+          "float8_e4m3fn": FloatKind("float32", "f"), "float8_e5m2": FloatKind("float32", "f"),
           "float32": FloatKind("float32", "f"),
           "float64": FloatKind("float64", "")}
 _INT_MAX = {"bool": "1", "int8": "127", "int16": "32767", "int32": "2147483647",
@@ -35,7 +36,8 @@ _INT_MAX = {"bool": "1", "int8": "127", "int16": "32767", "int32": "2147483647",
 
 
 def compute_dtype(dtype: str) -> str:
-    """The dtype a value of ``dtype`` is computed in (float16 in float32, the rest as is)."""
+    """The dtype a value of ``dtype`` is computed in (float16, bfloat16 and FP8 in float32, the
+    rest as is)."""
     return FLOATS[dtype].compute if dtype in FLOATS else dtype
 
 
@@ -101,6 +103,6 @@ def max_finite(dtype: str) -> float:
 def lowest_value(dtype) -> float:
     """The NumPy value ``lowest_of`` spells: -inf, or the integer type's minimum."""
     dtype = np.dtype(dtype)
-    if dtype.name in FLOATS:  # ml_dtypes' bfloat16 is of NumPy kind 'V'
+    if dtype.name in FLOATS:  # ml_dtypes' bfloat16 and e4m3fn are of NumPy kind 'V'
         return -np.inf
     return int(np.iinfo(dtype).min) if dtype.kind in "iu" else 0

@@ -4,7 +4,7 @@ an OpenCL vector type), unpacked to or packed from the elements' compute type.
 A vector of 4- or 8-byte elements is the language's own vector type (float4, int4, double2,
 64-bit pairs); 16- and 8-bit elements travel as a vector of four 32-bit words (uint4) and are
 shifted out of (or into) them, float16 converted by the dialect's helpers, bfloat16 by a shift
-into a float's upper half. OpenCL's float16 buffers are ``half`` pointers: vloada_half8 and
+into a float's upper half, FP8 by the format's conversions of its bits (gpucg/codegen/fp8.py). OpenCL's float16 buffers are ``half`` pointers: vloada_half8 and
 vstorea_half8_rte move eight of them 16-byte aligned without cl_khr_fp16.
 
 The address of every access must be a multiple of 16 bytes (the dispatcher checks the
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DTypeError
-from ..half import HALF_DTYPES
+from ..half import FP8_DTYPES, HALF_DTYPES
 from ..shape import DTYPES
 
 #: bytes one vector access moves
@@ -28,10 +28,10 @@ _COMP = "xyzw"
 
 
 def itemsize(dtype: str) -> int:
-    """Bytes of one element of a whitelisted dtype (16-bit floats: their storage)."""
+    """Bytes of one element of a whitelisted dtype (narrow floats: their storage)."""
     if dtype not in DTYPES:
         raise DTypeError(f"dtype {dtype!r} has no vector access; allowed: {', '.join(DTYPES)}")
-    return 2 if dtype in HALF_DTYPES else np.dtype(dtype).itemsize
+    return 2 if dtype in HALF_DTYPES else 1 if dtype in FP8_DTYPES else np.dtype(dtype).itemsize
 
 
 def lanes(dtype: str) -> int:
@@ -78,31 +78,39 @@ def _at(ptr: str, index: str, q: int) -> str:
     return f"{ptr} + {index}" + (f" + {q}" if q else "")
 
 
-def _ptr(d, vtype: str, const: bool) -> str:
-    space = f"{d.global_ptr} " if d.global_ptr else ""
-    return f"({space}{'const ' if const else ''}{vtype}*)"
+def _ptr(d, vtype: str, const: bool, space: str = "global") -> str:
+    qual = d.local_ptr if space == "local" else d.global_ptr
+    qual = f"{qual} " if qual else ""
+    return f"({qual}{'const ' if const else ''}{vtype}*)"
 
 
-def vload(d, dst: str, ptr: str, index: str, dtype: str, count: int) -> str:
+def vload(d, dst: str, ptr: str, index: str, dtype: str, count: int,
+          space: str = "global") -> str:
     """Statements declaring ``const CT {dst}{k}`` = ptr[index + k] for k < count, CT the compute
     type (float for 16-bit floats), read ``lanes(dtype)`` elements an access (count a multiple
-    of it; 1: one scalar load)."""
+    of it; 1: one scalar load). ``space`` "local": ``ptr`` is a shared array of 16-bit units
+    (Dialect.smem, 16-byte aligned) and ``index`` counts those units (LDS.128 on CUDA)."""
+    if space not in ("global", "local"):
+        raise DTypeError(f"vector load space {space!r}: 'global' or 'local'")
     half = d.half_format(dtype)
     ct = "float" if half else d.type(dtype)
-    if count == 1:
+    local = space == "local"
+    if count == 1 and not local:
         value = d.load(ptr, index, dtype) if half else f"{ptr}[{index}]"
         return f"const {ct} {dst}0 = {value};"
     v, per, size = d.vector, lanes(dtype), itemsize(dtype)
     _check(count, per, dtype)
     out = []
     for q in range(0, count, per):
-        w, at = f"{dst}_w{q // per}", _at(ptr, index, q)
+        w, at = f"{dst}_w{q // per}", _at(ptr, index, q * size // 2 if local else q)
         if half == "float16" and v.half8_load:
+            if local:
+                at = f"({d.local_ptr} const half*)({at})"
             out.append(f"const float8 {w} = {v.half8_load.format(ptr=at)};")
             elems = [f"{w}.s{k}" for k in range(per)]
         else:
             vt = v.types[dtype if size >= 4 else "words"]
-            out.append(f"const {vt} {w} = *{_ptr(d, vt, True)}({at});")
+            out.append(f"const {vt} {w} = *{_ptr(d, vt, True, space)}({at});")
             elems = [f"{w}.{_COMP[k]}" for k in range(per)] if size >= 4 else \
                 [_unpack(d, f"{w}.{_COMP[k * size // 4]}", k * size % 4 * 8, dtype, half)
                  for k in range(per)]
@@ -115,6 +123,8 @@ def _unpack(d, word: str, shift: int, dtype: str, half: str) -> str:
         bits = f"({word} << 16)" if shift == 0 else f"({word} & 0xFFFF0000U)"
         return f"{d.vector.as_float}({bits})"
     part = f"({word} >> {shift})" if shift else word
+    if half in FP8_DTYPES:
+        return d.formats[half].from_bits.format(bits=f"({part} & 0xFFU)")
     if half == "float16":
         return f"gpucg_h2f(({d.utype(16)}){part})"
     return f"({d.type(dtype)}){part}"
@@ -161,6 +171,8 @@ def _bits(d, value: str, dtype: str, half: str) -> str:
         return f"({u32})gpucg_f2h({value})"
     if half == "bfloat16":
         return f"({u32})gpucg_f2bf({value})"
+    if half in FP8_DTYPES:
+        return f"({u32}){d.formats[half].to_bits.format(value=value)}"
     return f"({u32})({d.utype(itemsize(dtype) * 8)})({d.type(dtype)})({value})"
 
 

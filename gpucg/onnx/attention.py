@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph, probes, value_at
+from .graph import Graph
+from .host import probes, value_at
 from .index import Index, expr_of, scalar
 from .lower import Call
 

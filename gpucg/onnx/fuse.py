@@ -102,7 +102,12 @@ def literal(g: Graph, call, k: int):
     rank the call's other inputs reach (so the result's shape stays), else None."""
     c = g.consts.get(call.inputs[k])
     room = max([g.type_of(j).ndim for m, j in enumerate(call.inputs) if m != k] or [0])
-    return None if c is None or c.ndim > room else scalar(g, call.inputs[k])
+    if c is None or c.ndim > room:
+        return None
+    e = expr_of(call)
+    if k == 2 and str(e) == "where(x0, x1, x2)" and literal(g, call, 1) is not None:
+        return None  # two weak numbers would choose float64: one stays an array of its dtype
+    return scalar(g, call.inputs[k])
 
 
 def _args(g: Graph, ix: Index, call, leaves: dict, inline) -> list:

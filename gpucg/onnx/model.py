@@ -17,7 +17,8 @@ from ..runtime import alignment_of, get_backend
 from ..shape import pyexpr
 from ..strategies.view import reshaped
 from ..target import resolve
-from .graph import Graph, OnnxError, value_at
+from .graph import Graph, OnnxError
+from .host import value_at
 from .lower import Call
 
 _MEMO = 16  # bindings of the sizes whose size-dependent values are kept on the device

@@ -10,14 +10,19 @@ from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
                               winograd_weight_transform)
 from .dense import batch_matmul, dense, linear, matmul
+from .dense_fp8 import dense_fp8
 from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, elu, equal, erf,  # noqa: A004
                           exp, flip, fused, gelu, greater, greater_equal, hardsigmoid,
                           hardswish, leaky_relu, less, less_equal, log, maximum, minimum, mish,
                           multiply, neg, negative, not_equal, pad, placeholders, power, relu,
                           reshape, rsqrt, selu, sigmoid, silu, softplus, sqrt, subtract, sum_to,
                           tanh, transpose, where)
+from .gated import gelu_and_mul, silu_and_mul
 from .norm import layer_norm, log_softmax, rms_norm, softmax
+from .paged_attention import kv_cache_write, paged_attention
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
+from .quant_dense import dense_int4, dense_int8
+from .rotary import rotary_embedding
 from .reduce import (all, any, argmax, argmin, max, mean, min, prod,  # noqa: A004
                      sum)
 from .scan import cumprod, cumsum
@@ -37,4 +42,6 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "max_pool2d",
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
            "strided_slice", "take", "batch_norm", "fold_batch_norm",
-           "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]
+           "silu_and_mul", "gelu_and_mul", "rotary_embedding", "dense_int4", "dense_int8",
+           "dense_fp8", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu",
+           "paged_attention", "kv_cache_write"]

@@ -7,7 +7,12 @@ a ufunc's rules (sigmoid and gelu compute as exp does) or keep the dtype (relu, 
 kernel casts each operand to its loop dtype, computes there (float16 and bfloat16 in float32:
 they are only stored), and casts the result to the output dtype. bfloat16 (ml_dtypes) promotes
 as float16 does in NumPy 2 (a Python float stays weak; with int8 it stays bfloat16); bfloat16
-with float16 gives float32.
+with float16 gives float32. An FP8 format promotes likewise (as ml_dtypes does where it
+defines a promotion: with bool, int8, uint8 and Python scalars it stays FP8, with float32 it
+gives float32); where ml_dtypes has none, gpucg takes the smallest float holding both operands
+exactly: the 16-bit format beside it, float16 for the two FP8 formats together, float32 with
+16-bit integers. Every operand is converted to float32 exactly (an int8 is not rounded to FP8
+first) and the result is rounded once, when it is stored.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 
 from ..codegen import literals
 from ..errors import AttrError, DTypeError
+from ..half import FP8_DTYPES, ML_DTYPES
 from ..shape import DTYPES
 from ._unary import TABLE, Lit, clip_c
 
@@ -104,6 +110,15 @@ def resolve(op: str, types: tuple, attrs: dict) -> tuple[tuple, str]:
     """(loop dtype names, output dtype name) of ``op`` on operand types (dtype names, or
     Python's int/float for weak scalars), as NumPy decides them; DTypeError where NumPy has
     no loop or gpucg no dtype."""
+    fp8 = sorted({t for t in types if t in FP8_DTYPES})
+    if fp8:
+        halves = {t for t in types if t in ("float16", "bfloat16")}
+        if len(fp8) > 1 or halves:  # no ml_dtypes promotion: the smallest float holding both
+            wide = "float16" if len(fp8) > 1 or "float16" in halves else "bfloat16"
+            return resolve(op, tuple(wide if t in FP8_DTYPES else t for t in types), attrs)
+        loop, out = resolve(op, tuple("float16" if t == fp8[0] else t for t in types), attrs)
+        back = lambda t: fp8[0] if t == "float16" else t  # noqa: E731
+        return tuple(back(t) for t in loop), back(out)
     if "bfloat16" in types:
         # ml_dtypes' own loops widen bfloat16 with a Python float to float32: promote it as
         # NumPy promotes float16 instead, and name the 16-bit result bfloat16 again
@@ -161,8 +176,8 @@ def _int_power(a, b):
 
 def evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
     """``op`` on NumPy arrays (or Python scalars), in the loop dtypes, as the output dtype."""
-    if "bfloat16" in loop:  # ml_dtypes rounds every step: compute in float32 as kernels do
-        loop = tuple("float32" if t == "bfloat16" else t for t in loop)
+    if any(t in ML_DTYPES for t in loop):  # ml_dtypes rounds every step: float32 as kernels do
+        loop = tuple("float32" if t in ML_DTYPES else t for t in loop)
     with np.errstate(all="ignore"):
         return _evaluate(op, [np.asarray(a, lt) for a, lt in zip(args, loop)], loop, out, attrs)
 

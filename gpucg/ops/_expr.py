@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AttrError, describe
+from ..half import ML_DTYPES
 from . import _ewspec as spec
 
 #: inputs a fused expression may have
@@ -174,14 +175,14 @@ def typecheck(e: Expr, dtypes: tuple) -> Typed:
 
 
 def evaluate(t: Typed, arrays, root: bool = True):
-    """The tree on NumPy arrays, each node as NumPy computes it; a bfloat16 value between two
-    nodes stays float32, as in the kernel (NumPy has no bfloat16 rounding of its own to copy)."""
+    """The tree on NumPy arrays, each node as NumPy computes it; a bfloat16 or FP8 value between
+    two nodes stays float32, as in the kernel (ml_dtypes' arrays would round it)."""
     if t.expr.op == "input":
         return arrays[t.expr.args[0]]
     if t.expr.op == "const":
         return t.expr.args[0]
     args = [evaluate(a, arrays, False) for a in t.args]
-    out = "float32" if t.out == "bfloat16" and not root else t.out
+    out = "float32" if t.out in ML_DTYPES and not root else t.out
     return spec.evaluate(t.expr.op, args, t.loop, out, dict(t.expr.attrs))
 
 

@@ -81,6 +81,15 @@ def _rel(op: str, params: tuple):
             if t.ndim != 1:
                 raise InputError(f"{op}: {name} has rank {t.ndim}, but it must be 1-D, of the "
                                  f"length of axis {attrs.axis} of x")
+        if len(inputs) > 1 + len(params):  # rms_norm's residual: (y, x + residual)
+            res = inputs[-1]
+            if res.dtype != x.dtype or res.ndim != x.ndim:
+                raise DTypeError(f"{op}: residual is {res.dtype} of rank {res.ndim}; it must be "
+                                 f"x's dtype ({x.dtype}) and shape {x.shape}")
+            if normalize_axis(attrs.axis, x.ndim) != x.ndim - 1:
+                raise InputError(f"{op}: with a residual, axis={attrs.axis} must be the last "
+                                 f"axis of x (rank {x.ndim}): the fused form normalizes rows")
+            return TensorType(x.shape, x.dtype), TensorType(x.shape, x.dtype)
         return TensorType(x.shape, x.dtype)
     return rel
 
@@ -90,10 +99,17 @@ def _constraints(op: str, params: tuple):
     def constraints(inputs, attrs):
         x = inputs[0]
         n = sympy.sympify(x.shape[normalize_axis(attrs.axis, x.ndim, f"{op}: axis")])
-        return [Constraint(sympy.Eq(sympy.sympify(t.shape[0]), n),
-                           f"{op}: {name} has shape ({{}},), but it must be ({{}},), the length "
-                           f"of axis {attrs.axis} of x", (t.shape[0], n))
-                for name, t in zip(params, inputs[1:]) if t.ndim == 1]
+        out = [Constraint(sympy.Eq(sympy.sympify(t.shape[0]), n),
+                          f"{op}: {name} has shape ({{}},), but it must be ({{}},), the length "
+                          f"of axis {attrs.axis} of x", (t.shape[0], n))
+               for name, t in zip(params, inputs[1:]) if t.ndim == 1]
+        if len(inputs) > 1 + len(params):
+            res = inputs[-1]
+            out += [Constraint(sympy.Eq(sympy.sympify(r), sympy.sympify(d)),
+                               f"{op}: residual has {{}} at axis {i}, but x has {{}}; the "
+                               "shapes must be equal", (r, d))
+                    for i, (r, d) in enumerate(zip(res.shape, x.shape))]
+        return out
     return constraints
 
 
@@ -108,6 +124,9 @@ def reference(op: str):
     """The float64 NumPy reference of ``op``: ``ref(x, [gamma, [beta]], attrs)``."""
     def ref(x: np.ndarray, *rest):
         *params, attrs = rest
+        if op == "rms_norm" and len(params) == 2:  # the residual: normalize the stored sum
+            h = residual_sum(x, params[1])
+            return ref(h, params[0], attrs), h
         axis = normalize_axis(attrs.axis, x.ndim)
         x64 = x.astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -129,6 +148,14 @@ def reference(op: str):
     return ref
 
 
+def residual_sum(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """x + residual computed in float32 (float64 for float64) and rounded to x's dtype, as
+    vLLM's fused_add_rms_norm stores it and normalizes it."""
+    acc = np.float64 if x.dtype == np.float64 else np.float32
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (x.astype(acc) + residual.astype(acc)).astype(x.dtype)
+
+
 def _cases(op: str, params: tuple):
     """The softmax benchmark's rows, and small awkward ones."""
     def cases():
@@ -148,8 +175,19 @@ def _cases(op: str, params: tuple):
                 c((3, 1024), "float32", "small", "rows of whole 128-bit vectors"),
                 c((2, 16392), "float32", "small", "long rows of whole 128-bit vectors, split"),
                 c((2, 300, 3), "float32", "small", "a non-last axis longer than a work-group",
-                  axis=1)]
+                  axis=1)] + (_residual_cases() if op == "rms_norm" else [])
     return cases
+
+
+def _residual_cases():
+    """rms_norm with a residual (x + residual normalized, the sum returned too)."""
+    def c(shape, dtype, kind, label):
+        t = TensorType(shape, dtype)
+        return Case((t, TensorType((shape[-1],), dtype), t), {}, kind, label)
+    return [c((16, 4096), "float16", "bench", "decode batch 16, residual"),
+            c((4096, 8192), "float16", "bench", "prefill, hidden 8192, residual"),
+            c((5, 40), "float16", "small", "residual, rows of whole vectors"),
+            c((3, 1001), "float32", "small", "residual, odd rows")]
 
 
 for _op, _attrs, _params, _doc in (
@@ -158,10 +196,12 @@ for _op, _attrs, _params, _doc in (
         ("layer_norm", LayerNormAttrs, ("gamma", "beta"),
          "(x - mean) / sqrt(var + eps) * gamma + beta along an axis."),
         ("rms_norm", RmsNormAttrs, ("gamma",), "x / sqrt(mean(x^2) + eps) * gamma along an axis.")):
-    register_op(_op, attrs=_attrs, num_inputs=1 + len(_params), type_rel=_rel(_op, _params),
-                constraints=_constraints(_op, _params),
+    _res = _op == "rms_norm"  # takes a residual, optionally
+    register_op(_op, attrs=_attrs, num_inputs=1 + len(_params) + _res, optional_inputs=_res,
+                type_rel=_rel(_op, _params), constraints=_constraints(_op, _params),
                 pattern=OpPattern.OPAQUE, reference=reference(_op),
-                input_names=("x",) + _params, cases=_cases(_op, _params), doc=_doc,
+                input_names=("x",) + _params + ("residual",) * _res,
+                cases=_cases(_op, _params), doc=_doc,
                 # float16 and bfloat16 are loaded and stored only; the kernels compute in float32
                 kernel_info=KernelInfo(storage_dtypes=("float16", "bfloat16")),
                 # the kernels are specialized on nothing: every size may be symbolic
@@ -192,6 +232,12 @@ def layer_norm(x, gamma, beta, axis=-1, eps=1e-5, *, target=None):
     return call("layer_norm", (x, gamma, beta), target=target, axis=axis, eps=eps)
 
 
-def rms_norm(x, gamma, axis=-1, eps=1e-6, *, target=None):
-    """x / sqrt(mean(x^2) + eps) * gamma along ``axis`` (gamma: shape (n,), x's dtype)."""
+def rms_norm(x, gamma, axis=-1, eps=1e-6, *, residual=None, target=None):
+    """x / sqrt(mean(x^2) + eps) * gamma along ``axis`` (gamma: shape (n,), x's dtype).
+
+    With ``residual`` (x's shape and dtype; axis the last): h = x + residual rounded to x's
+    dtype, and the pair (rms_norm(h), h) in one pass (FlashInfer's and vLLM's
+    fused_add_rmsnorm, which update their arguments in place; here both are new arrays)."""
+    if residual is not None:
+        return call("rms_norm", (x, gamma, residual), target=target, axis=axis, eps=eps)
     return call("rms_norm", (x, gamma), target=target, axis=axis, eps=eps)

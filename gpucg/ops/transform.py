@@ -31,6 +31,7 @@ import sympy
 
 from ..eager import call
 from ..errors import DTypeError, InputError
+from ..half import STORAGE_DTYPES
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import DTYPES, TensorType, normalize_axis, product, simplify_dim
 from . import _slicing as sl
@@ -39,7 +40,7 @@ from ._layout import _same
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 #: concatenate takes up to this many arrays in one call
 MAX_ARRAYS = 32
-_HALF = KernelInfo(storage_dtypes=("float16",))
+_HALF = KernelInfo(storage_dtypes=STORAGE_DTYPES)
 _STATIC = (set(range(64)),)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen import CUDA
 from ..errors import (CompileError, DTypeError, InputError, LaunchError, ResourceError,
                       TargetUnavailableError)
-from ..half import is_bfloat16
+from ..half import is_ml_dtype, numpy_dtype
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key
@@ -69,11 +69,14 @@ class CudaProgram(Program):
             self.allowed_shared = shared
 
 
-def _no_bfloat16(dtype) -> None:
-    if is_bfloat16(dtype):
-        raise DTypeError("dtype bfloat16 cannot be held in a CuPy array (CuPy has no bfloat16); "
-                         "run bfloat16 on the numpy or opencl target (its CUDA kernels compile "
-                         "and are checked with NVRTC)")
+def _no_bfloat16(dtype, cupy=None) -> None:
+    """DTypeError for bfloat16 and FP8, which CuPy cannot hold (a stand-in CuPy whose arrays
+    hold no memory, ``any_dtype``, takes them: the launch checks run on their kernels)."""
+    if is_ml_dtype(dtype) and not getattr(cupy, "any_dtype", False):
+        name = getattr(dtype, "name", dtype)
+        raise DTypeError(f"dtype {name} cannot be held in a CuPy array (CuPy has no such "
+                         f"dtype); run {name} on the numpy or opencl target (its CUDA kernels "
+                         "compile and are checked with NVRTC)")
 
 
 class CudaBackend(Backend):
@@ -186,12 +189,13 @@ class CudaBackend(Backend):
 
     def empty(self, shape, dtype):
         self._require()
-        _no_bfloat16(dtype)
-        return self.cupy.empty(tuple(shape), dtype=np.dtype(dtype))
+        _no_bfloat16(dtype, self.cupy)
+        return self.cupy.empty(tuple(shape), dtype=numpy_dtype(dtype) if isinstance(dtype, str)
+                               else np.dtype(dtype))
 
     def to_device(self, array):
         self._require()
-        _no_bfloat16(array.dtype)
+        _no_bfloat16(array.dtype, self.cupy)
         stats.bump("uploads")
         return self.cupy.asarray(c_contiguous(np.asarray(array)))
 

@@ -44,6 +44,7 @@ from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
 from . import conv2d_fused, conv2d_mma
+from .conv2d_host import acc_dtype, numpy_conv2d
 from .conv2d_call import ConvCall
 from .gemm_tile import PLAIN, fill_device, gemm_space, sm_count, vector_needs, work_group
 
@@ -52,60 +53,6 @@ WINOGRAD_4X4_MIN_OUT = 14
 
 
 # -- the NumPy target -------------------------------------------------------------------------
-
-def acc_dtype(dtype) -> np.dtype:
-    """float32 sums for float16, bfloat16 and float32 data, float64 for float64."""
-    return np.dtype(np.float32) if np.dtype(dtype).itemsize <= 4 else np.dtype(dtype)
-
-
-def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndarray:
-    """conv2d on the host: im2col by a strided window view, then one matmul per group
-    (depthwise: a multiply-add per kernel tap)."""
-    acc = acc_dtype(data.dtype)
-    x, w, (pt, pl, pb, pr), oh, ow = host_view(data, weight, attrs, acc)
-    n, c, h, wd = x.shape
-    o, i, kh, kw = w.shape
-    g = attrs.groups
-    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
-    res = None if residual is None else to_nchw(residual, attrs.data_layout)
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
-    xp[:, :, pt:pt + h, pl:pl + wd] = x
-    if i == 1 and g > 1:
-        # depthwise: im2col would make g matmuls of one column; a multiply-add per tap over
-        # the whole output is a few passes over memory instead
-        y = np.zeros((n, c, o // g, oh, ow), acc)
-        wd_ = w.reshape(c, o // g, kh, kw)
-        for r in range(kh):
-            for q in range(kw):
-                tap = xp[:, :, r * dh: r * dh + (oh - 1) * sh + 1: sh,
-                         q * dw: q * dw + (ow - 1) * sw + 1: sw]
-                y += tap[:, :, None] * wd_[None, :, :, r, q, None, None]
-        return from_nchw(epilogue(y.reshape(n, o, oh, ow), bias, attrs.activation, out_dtype,
-                                  res, attrs), attrs.data_layout)
-    win = np.lib.stride_tricks.sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1),
-                                                   axis=(2, 3))
-    win = win[:, :, ::sh, ::sw, ::dh, ::dw][:, :, :oh, :ow]  # (n, c, oh, ow, kh, kw)
-    wm = w.reshape(g, o // g, i * kh * kw)
-    y = np.empty((n, o, oh, ow), acc)
-    # a few images at a time: their columns stay below IM2COL_BYTES, so the buffers come
-    # from the heap again instead of fresh pages (whose first touch cost more than the copy)
-    step = max(1, min(n, IM2COL_BYTES // max(1, acc.itemsize * i * kh * kw * oh * ow)))
-    for n0 in range(0, n, step):
-        nb = min(step, n - n0)
-        # im2col as (g, i*kh*kw, nb*oh*ow): the copy runs along output rows (5x faster than
-        # the transposed order), then one (o/g x K) @ (K x nb*oh*ow) matmul per group
-        cols = win[n0:n0 + nb].reshape(nb, g, i, oh, ow, kh, kw).transpose(1, 2, 5, 6, 0, 3, 4)
-        cols = cols.reshape(g, i * kh * kw, nb * oh * ow)
-        if nb == 1 and g == 1:  # straight into the output, a 2-D GEMM
-            np.matmul(wm[0], cols[0], out=y[n0].reshape(o, oh * ow))
-        else:
-            y[n0:n0 + nb] = np.matmul(wm, cols).reshape(o, nb, oh, ow).transpose(1, 0, 2, 3)
-    return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs), attrs.data_layout)
-
-
-#: the most bytes of im2col columns made at once (see numpy_conv2d)
-IM2COL_BYTES = 8 << 20
-
 
 def _im2col_run(ctx):
     data, weight, *extra = ctx.inputs

@@ -20,6 +20,9 @@ GPU implementations, by plevel (conditions on the symbolic sizes, checked at run
   norm_cols    any inner: one work-item a column of a non-last axis (neighbours coalesced);
                on GPUs layer_norm's statistics in one pass (Welford) and gamma and beta staged
                in local memory a tile at a time: x read twice, 1.5x the compulsory bytes.
+rms_norm with a residual runs on norm_warp, norm_group and norm_blocks: the pass that first
+reads a row reads x and the residual, rounds their sum to the storage dtype (as vLLM), stores
+it (the second output, h) and normalizes it; a later pass over the row reads h.
 On an OpenCL CPU device (PoCL) one work-item takes a row and finds its pairs in two passes
 (maximum, then sum), loops a CPU vectorizes; GPUs find them in one pass (an online maximum).
 """
@@ -35,7 +38,7 @@ from ..codegen.vector import WORD, lanes
 from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
-from ..ops.norm import SOFTMAX_OPS
+from ..ops.norm import SOFTMAX_OPS, residual_sum
 from ..runtime.base import ceil_div, vector_chunks
 from ..shape import alignment, normalize_axis, split_axis
 from ..strategy import Strategy
@@ -254,9 +257,10 @@ def gpu_strategy(op: str):
         axis = normalize_axis(attrs.axis, x.ndim)
         outer, n, inner = split_axis(x.shape, axis)
         acc = "float64" if x.dtype == "float64" else "float32"
+        residual = op == "rms_norm" and len(inputs) == 3
         params = dict(op=op, acc_dtype=acc, half=half_format(x.dtype),
                       eps=float(getattr(attrs, "eps", 0.0)), online=False, items=0, unroll=1,
-                      vw=1, row_loop=1)
+                      vw=1, row_loop=1, residual=residual)
         info = NormInfo(op, axis, acc)
         spaces = _spaces(target.on_cpu, lanes(x.dtype), len(inputs) > 1)
         needs = _needs(n, len(inputs))
@@ -274,11 +278,18 @@ def gpu_strategy(op: str):
         # a CPU core maps a row alone, from memory it keeps in cache; GPUs share rows
         p = (5, 13, 6, 12, 11) if target.on_cpu else (14, 13, 12, 11, 10)
         add(NORM_WARP, p[0], "warp", sympy.And(rows, n <= WARP_CAPACITY))
-        add(NORM_SPLIT_MEAN if op == "layer_norm" else NORM_SPLIT, p[1], "split",
-            sympy.And(rows, n >= SPLIT_N_MIN, outer < SPLIT_ROWS_MAX))
+        split = NORM_SPLIT_MEAN if op == "layer_norm" else NORM_SPLIT
+        if residual:  # rows along the last axis, each mapped by one work-group at most
+            why = "the residual form: a row's sum is stored by the group that normalizes it"
+            s.exclude(split, p[1], why)
+        else:
+            add(split, p[1], "split", sympy.And(rows, n >= SPLIT_N_MIN, outer < SPLIT_ROWS_MAX))
         add(NORM_GROUP, p[2], "group", sympy.And(rows, n <= GROUP_CAPACITY))
         add(NORM_BLOCKS, p[3], "blocks", rows)
-        add(NORM_COLS, p[4], "cols")
+        if residual:
+            s.exclude(NORM_COLS, p[4], "the residual form normalizes rows of the last axis")
+        else:
+            add(NORM_COLS, p[4], "cols")
         return s
     return strategy
 
@@ -340,7 +351,11 @@ def numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndar
 
 
 def _host_run(ctx):
-    return numpy_norm(ctx.info[0], ctx.inputs[0], ctx.inputs[1:], ctx.info[1], ctx.info[2])
+    op, axis, eps = ctx.info
+    if op == "rms_norm" and len(ctx.inputs) == 3:  # with a residual: (rms_norm(h), h)
+        h = residual_sum(ctx.inputs[0], ctx.inputs[2])
+        return numpy_norm(op, h, ctx.inputs[1:2], axis, eps), h
+    return numpy_norm(op, ctx.inputs[0], ctx.inputs[1:], axis, eps)
 
 
 NUMPY_NORM = host_impl("numpy_norm", _host_run)

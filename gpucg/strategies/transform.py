@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen import Code, dialect_for
+from ..half import half_format
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..op import get_op
 from ..ops import _slicing as sl
@@ -76,7 +77,7 @@ def _split_run(ctx, main) -> None:
 
 def _slice_run(ctx, main) -> None:
     x, y = ctx.inputs[0], ctx.outputs[0]
-    shape = tuple(int(d) for d in ctx.compiled.input_types[0].shape)  # constant; 0-d kept
+    shape = tuple(int(d) for d in x.shape)  # the call's own sizes (symbolic ones too)
     own = _strides(shape)
     parts = sl.slices(ctx.attrs, shape)
     base = sum(start * st for (start, _, _), st in zip(parts, own))
@@ -135,7 +136,7 @@ def _flit(value: float, src: str) -> str:
 
 def convert(src: str, dst: str, d) -> tuple[str, str]:
     """(C expression of ``v``, a src -> dst, as the kernel's value) and the rule in words."""
-    ct = "float" if dst == "float16" else d.type(dst)
+    ct = "float" if half_format(dst) else d.type(dst)
     if src == dst:
         return "v", "a copy"
     if dst == "bool":
@@ -147,7 +148,8 @@ def convert(src: str, dst: str, d) -> tuple[str, str]:
         return (f"v != v ? 0 : v >= {hi} ? {_int_max(dst, d)} : v <= {lo} ? {low} : ({ct})v",
                 "truncation toward zero; NaN is 0, out-of-range values saturate to "
                 f"[{info.min}, {info.max}]")
-    rule = ("rounded to nearest even (float64 through float32)" if dst.startswith("float")
+    rule = ("rounded to nearest even (float64 through float32; FP8 as gpucg/codegen/fp8.py "
+            "says)" if dst.startswith("float")
             else "wraps modulo 2^bits as NumPy's astype" if src != "bool" else "0 or 1")
     return f"({ct})v", rule
 

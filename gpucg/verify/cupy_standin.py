@@ -8,7 +8,10 @@ memory, so benchmark-sized calls cost nothing. With ``check=True`` every kernel 
 PTX by NVRTC, and every launch is checked as the driver would take it: the arguments against
 the parameters the PTX ``.entry`` declares (count, pointer or value, width, integer or float),
 and grid, block and shared memory against the device's limits (dynamic shared memory above
-48 KiB only where the kernel's max dynamic shared memory attribute allows it). A bad launch raises
+48 KiB only where the kernel's max dynamic shared memory attribute allows it), and a TMA tensor
+map (a ``.param .align 64 .b8 [128]``) only by value, declared 64-byte aligned, as a
+gpucg.runtime.tensor_map.TensorMapArg whose map is valid with its box within the tensor's
+dims and strides. A bad launch raises
 :class:`LaunchCheckError`, which the backend reports as a LaunchError, as it would a driver's.
 """
 
@@ -22,6 +25,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ..codegen.tma import TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES
+from ..half import numpy_dtype
+from ..runtime.tensor_map import TensorMapArg
 from . import nvrtc
 from .occupancy import limits
 
@@ -40,7 +46,7 @@ class StandInArray:
 
     def __init__(self, shape, dtype):
         self.shape = tuple(int(d) for d in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = numpy_dtype(dtype) if isinstance(dtype, str) else np.dtype(dtype)
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.nbytes = self.size * self.dtype.itemsize
         self.ptr = next(_PTRS)
@@ -86,6 +92,13 @@ class Param:
     decl: str
     pointer: bool
     pointee: int
+    align: int = 0
+    count: int = 0  # array parameters (a struct passed by value): its elements
+
+    @property
+    def tensor_map(self) -> bool:
+        """A by-value parameter of a tensor map's size (``.b8 [128]``)."""
+        return not self.pointer and self.ptx == "b8" and self.count == TENSOR_MAP_BYTES
 
     @property
     def bits(self) -> int:
@@ -98,6 +111,14 @@ def ptx_entry_params(ptx: str, entry: str) -> list[str] | None:
     if m is None:
         return None
     return re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)", m.group(1))
+
+
+def ptx_entry_layout(ptx: str, entry: str) -> list[tuple[int, int]]:
+    """(alignment, array elements) of each parameter of ``.entry entry`` (0: none declared)."""
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", ptx)
+    found = re.findall(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.\w+\s+[\w$]+(?:\[(\d+)\])?",
+                       m.group(1)) if m else []
+    return [(int(a or 0), int(n or 0)) for a, n in found]
 
 
 def source_params(source: str, entry: str) -> list[str]:
@@ -122,12 +143,16 @@ def kernel_params(source: str, entry: str, ptx: str) -> list[Param]:
     if len(decls) != len(types):
         raise LaunchCheckError(f"{entry}: the CUDA signature has {len(decls)} parameters, "
                                f"its PTX .entry {len(types)}")
+    layout = ptx_entry_layout(ptx, entry)
+    layout = layout if len(layout) == len(types) else [(0, 0)] * len(types)
     out = []
-    for t, decl in zip(types, decls):
+    for t, decl, (align, count) in zip(types, decls, layout):
         pointer = "*" in decl
-        base = re.sub(r"\b(const|volatile|__restrict__|restrict)\b|\*", " ", decl).split()
+        base = re.sub(r"\b(const|volatile|__restrict__|restrict|__grid_constant__)\b|\*", " ",
+                      decl).split()
         ctype = " ".join(base[:-1])  # the last word is the parameter's name
-        out.append(Param(t, decl, pointer, _C_SIZES.get(ctype, 0) if pointer else 0))
+        out.append(Param(t, decl, pointer, _C_SIZES.get(ctype, 0) if pointer else 0, align,
+                         count))
     return out
 
 
@@ -136,6 +161,8 @@ def describe_arg(arg) -> tuple[str, int, str]:
     NumPy scalars at their own width, Python ints as int64 and floats as float64."""
     if isinstance(arg, StandInArray):
         return "pointer", 64, f"a {arg.dtype} array"
+    if isinstance(arg, TensorMapArg):
+        return "tensor map", 8 * TENSOR_MAP_BYTES, "a tensor map"
     if isinstance(arg, (bool, np.bool_)):
         return "uint", 8, f"bool {arg!r}"
     if isinstance(arg, np.generic):
@@ -156,6 +183,9 @@ def check_args(entry: str, params: list[Param], args) -> None:
     for i, (p, a) in enumerate(zip(params, args)):
         kind, bits, text = describe_arg(a)
         where = f"{entry}: argument {i} ({text}) for parameter '{p.decl}' (.{p.ptx})"
+        if p.tensor_map or kind == "tensor map":
+            check_tensor_map(where, p, a)
+            continue
         if p.pointer != (kind == "pointer"):
             want = "a device array" if p.pointer else "a value"
             raise LaunchCheckError(f"{where}: the kernel takes {want}")
@@ -167,6 +197,25 @@ def check_args(entry: str, params: list[Param], args) -> None:
         if bits != p.bits or (kind == "float") != p.ptx.startswith("f"):
             raise LaunchCheckError(f"{where}: {bits}-bit {kind} where the kernel reads "
                                    f"{p.bits}-bit {'float' if p.ptx.startswith('f') else 'int'}")
+
+
+def check_tensor_map(where: str, p: Param, arg) -> None:
+    """LaunchCheckError unless a tensor map goes by value to a 128-byte parameter declared
+    64-byte aligned, valid (cuTensorMapEncodeTiled's rules), its box within dims and strides."""
+    if not isinstance(arg, TensorMapArg):
+        raise LaunchCheckError(f"{where}: the kernel takes a tensor map by value (128 bytes); "
+                               "pass a gpucg.runtime.tensor_map.TensorMapArg")
+    if not p.tensor_map:
+        raise LaunchCheckError(f"{where}: a tensor map goes by value to a "
+                               f"'const __grid_constant__' parameter of {TENSOR_MAP_BYTES} "
+                               "bytes, not to this one")
+    if p.align != TENSOR_MAP_ALIGN:
+        have = f"{p.align}-byte aligned" if p.align else "without an alignment"
+        raise LaunchCheckError(f"{where}: the parameter is declared {have}; a tensor map needs "
+                               f"{TENSOR_MAP_ALIGN} (struct __align__(64))")
+    bad = arg.problem()
+    if bad:
+        raise LaunchCheckError(f"{where}: {bad}")
 
 
 def ptx_static_shared(ptx: str) -> int:
@@ -286,6 +335,10 @@ class StandInCupy:
         attributes: every kernel attribute set so far, (entry, name, value).
         check: compile each kernel to PTX and check every launch (NVRTC needed).
     """
+
+    #: its arrays hold no memory, so bfloat16 and FP8 arrays stand in too (real CuPy has
+    #: neither dtype): the launches of their kernels are checked like any other
+    any_dtype = True
 
     def __init__(self, arch: str = "sm_90", check: bool = True, device_count: int = 1,
                  name: str = "gpucg stand-in GPU"):

