@@ -203,7 +203,7 @@ def test_bad_warp_op_arguments_are_refused():
         CUDA.mma("f64", "c", "a", "b")
     with pytest.raises(DTypeError, match="1, 2 or 4 matrices, not 3"):
         OPENCL.tile.ldsm("r", 3, False, "0")
-    with pytest.raises(DTypeError, match="4 or 16 bytes, not 2"):
+    with pytest.raises(DTypeError, match="4, 8 or 16 bytes, not 2"):
         CUDA.tile.cp(2, "0", "g", "1")
 
 

@@ -74,11 +74,16 @@ class Dialect:
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
-    def warp_helpers(self, mma=(), pack=False) -> str:
-        """The helper functions of the warp operations a kernel uses: its mma kinds; ``pack``:
-        the format (float16, bfloat16) :meth:`pack2` packs, if any (with :meth:`half_helpers`
-        storing it). The tile operations' helpers: ``d.tile.helpers``."""
-        return self.warp.helpers(mma, self.half_format(pack) == "float16")
+    def warp_helpers(self, mma=(), cp_async=(), pack=False) -> str:
+        """The helper functions of the warp operations a kernel uses: its mma kinds, the
+        cp.async sizes of ``d.tile.cp_array`` (into static arrays); ``pack``: the format
+        (float16, bfloat16) :meth:`pack2` packs, if any (with :meth:`half_helpers` storing
+        it). The tile layer's operations on the dynamic block: ``d.tile.helpers``."""
+        parts = [self.warp.helpers(mma, self.half_format(pack) == "float16")]
+        if cp_async:
+            parts.append(self.tile.helpers(cp=cp_async))
+        return "\n".join(p for p in parts if p)
+
 
     def launch_bounds(self, threads: int, blocks: int) -> str:
         """A kernel qualifier asking for ``blocks`` resident blocks of ``threads`` (CUDA's

@@ -22,10 +22,12 @@ _PREC = {"*": 5, "/": 5, "%": 5, "+": 4, "-": 4, "<<": 3, ">>": 3, "&": 2, "^": 
 class Ix:
     """A C integer expression (of type int) under construction."""
 
-    __slots__ = ("text", "prec")
+    __slots__ = ("text", "prec", "plus")
 
-    def __init__(self, text: str, prec: int | None = None):
+    def __init__(self, text: str, prec: int | None = None, plus=None):
         self.text = str(text)
+        #: (base, n) where this is base + n with n an int (constants fold into n)
+        self.plus = plus
         if prec is None:  # a name, an indexed name or a number is atomic; anything else is
             # parenthesized wherever it is an operand
             prec = 9 if _ATOM.fullmatch(self.text) else -1
@@ -104,6 +106,11 @@ def ix_binop(a, op: str, b):
     x | 0, x / 1) give x; x * 0 and x & 0 give 0; otherwise an :class:`Ix`."""
     if _num(a) and _num(b):
         return _PY[op](a, b)
+    if op == "+" and _num(a):
+        a, b = b, a
+    if op == "+" and _num(b) and isinstance(a, Ix) and a.plus is not None:
+        base, n = a.plus
+        return ix_binop(base, "+", n + b)
     if _num(b):
         if (op in ("+", ">>", "<<", "^", "|") and b == 0) or (op in ("*", "/") and b == 1):
             return a
@@ -119,7 +126,10 @@ def ix_binop(a, op: str, b):
     prec = _PREC[op]
     left = a._wrap(prec) if isinstance(a, Ix) else str(a)
     right = b._wrap(prec, right=True) if isinstance(b, Ix) else str(b)
-    return Ix(f"{left} {op} {right}", prec)
+    plus = (a, b) if op == "+" and _num(b) else None
+    if plus and b < 0:
+        return Ix(f"{left} - {-b}", prec, plus)
+    return Ix(f"{left} {op} {right}", prec, plus)
 
 
 def c_expr(value) -> str:

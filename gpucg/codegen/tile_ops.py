@@ -35,6 +35,14 @@ __device__ __forceinline__ void gpucg_cp16(unsigned dst, const void* src, int ok
         :: "r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
 """
+_CUDA_CP8 = """\
+/* 8 bytes global -> shared, asynchronously; ok == 0 reads nothing and writes zeros */
+__device__ __forceinline__ void gpucg_cp8(unsigned dst, const void* src, int ok)
+{
+    asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %1; cp.async.ca.shared.global [%0], [g], 8, %2; }"
+        :: "r"(dst), "l"(src), "r"(ok ? 8 : 0) : "memory");
+}
+"""
 _CUDA_CP4 = """\
 /* 4 bytes global -> shared, asynchronously; ok == 0 reads nothing and writes zeros */
 __device__ __forceinline__ void gpucg_cp4(unsigned dst, const void* src, int ok)
@@ -109,7 +117,8 @@ class CudaTileOps:
                 num=num, tr=".trans" if trans else "", suffix="_trans" if trans else "",
                 regs=", ".join(f"%{i}" for i in range(num)),
                 outs=", ".join(f'"=r"(r[{i}])' for i in range(num))))
-        parts += [{16: _CUDA_CP16, 4: _CUDA_CP4}[n] for n in sorted(set(cp))]
+        parts += [_CP[n] and {16: _CUDA_CP16, 8: _CUDA_CP8, 4: _CUDA_CP4}[n]
+                  for n in sorted(set(cp))]
         parts += [_CUDA_LDS32] if lds32 else []
         parts += [_CUDA_STS16] if sts16 else []
         parts += [_CUDA_TF32_CHUNK] if tf32 else []
@@ -118,12 +127,28 @@ class CudaTileOps:
     def ldsm(self, regs: str, num: int, trans: bool, addr: str) -> str:
         return f"gpucg_ldsm_x{_check(num)}{'_trans' if trans else ''}({regs}, {addr});"
 
+    def cluster_dims(self, x: int, y: int = 1, z: int = 1) -> str:
+        """A kernel qualifier grouping its work-groups in thread-block clusters of x * y * z
+        (__cluster_dims__, sm_90 on: the capability "clusters"; the launch grid must be a
+        multiple of it); OpenCL spells none (each work-group alone, a cluster of one)."""
+        dims = tuple(int(v) for v in (x, y, z))
+        if min(dims) < 1 or x * y * z > 16:
+            raise DTypeError(f"cluster dims {dims}: positive, at most 16 blocks (8 portable)")
+        return "" if dims == (1, 1, 1) else f" __cluster_dims__({dims[0]}, {dims[1]}, {dims[2]})"
+
     def cp(self, nbytes: int, dst: str, src: str, ok: str) -> str:
-        """Copy ``nbytes`` (16 or 4) from global ``src`` to shared ``dst``; zeros where not
-        ``ok``."""
-        if nbytes not in (4, 16):
-            raise DTypeError(f"tile copies move 4 or 16 bytes, not {nbytes}")
-        return f"gpucg_cp{nbytes}({dst}, {src}, {ok});"
+        """Copy ``nbytes`` (16, 8 or 4) from global ``src`` to shared byte address ``dst``;
+        zeros where not ``ok``."""
+        return f"gpucg_cp{_CP[nbytes] and nbytes}({dst}, {src}, {ok});"
+
+    def static_smem(self, name: str, units: int) -> str:
+        """A static shared array of ``units`` 16-bit units (a kernel whose tiles are not
+        carved from the dynamic block), 16-byte aligned."""
+        return f"__shared__ __align__(16) unsigned short {name}[{int(units)}];"
+
+    def cp_array(self, nbytes: int, smem: str, off: str, src: str, ok: str) -> str:
+        """:meth:`cp` into a static shared array at ``off`` 16-bit units."""
+        return self.cp(nbytes, f"gpucg_smem_addr({smem} + {off})", src, ok)
 
     def lds32(self, addr: str) -> str:
         return f"gpucg_lds32({addr})"
@@ -183,6 +208,9 @@ class OpenCLTileOps:
     def smem_block(self, align: int) -> str:
         return ""
 
+    def cluster_dims(self, x: int, y: int = 1, z: int = 1) -> str:
+        return ""
+
     def helpers(self, ldsm=(), cp=(), lds32: bool = False, sts16: bool = False,
                 tf32: bool = False) -> str:
         parts = []
@@ -198,12 +226,19 @@ class OpenCLTileOps:
                 f"{regs}, gpucg_smem, {addr});")
 
     def cp(self, nbytes: int, dst: str, src: str, ok: str) -> str:
-        vt = {4: "uint", 16: "uint4"}.get(nbytes)
-        if vt is None:
-            raise DTypeError(f"tile copies move 4 or 16 bytes, not {nbytes}")
-        zero = "0u" if nbytes == 4 else "(uint4)(0u)"
-        return (f"*(__local {vt}*)(gpucg_smem + {_p(dst)}) = {_p(ok)} ? "
+        return self._copy(nbytes, f"gpucg_smem + {_p(dst)}", src, ok)
+
+    def _copy(self, nbytes: int, dst: str, src: str, ok: str) -> str:
+        vt = {4: "uint", 8: "uint2", 16: "uint4"}[_CP[nbytes] and nbytes]
+        zero = "0u" if nbytes == 4 else f"({vt})(0u)"
+        return (f"*(__local {vt}*)({dst}) = {_p(ok)} ? "
                 f"*(__global const {vt}*)({src}) : {zero};")
+
+    def static_smem(self, name: str, units: int) -> str:
+        return f"__local ushort {name}[{int(units)}] __attribute__((aligned(16)));"
+
+    def cp_array(self, nbytes: int, smem: str, off: str, src: str, ok: str) -> str:
+        return self._copy(nbytes, f"{smem} + {off}", src, ok)
 
     def lds32(self, addr: str) -> str:
         return f"*(__local const uint*)(gpucg_smem + {_p(addr)})"
@@ -213,6 +248,16 @@ class OpenCLTileOps:
 
     def tf32_chunk(self, addr: str) -> str:
         return f"gpucg_tf32_chunk(gpucg_smem, {addr});"
+
+
+class _Sizes(dict):
+    """The copy sizes there are: 4, 8 and 16 bytes (a DTypeError for any other)."""
+
+    def __missing__(self, n):
+        raise DTypeError(f"tile copies move 4, 8 or 16 bytes, not {n!r}")
+
+
+_CP = _Sizes({4: True, 8: True, 16: True})
 
 
 def _p(expr) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen import register_geometry
-from ..codegen.mma_atom import atom as atom_of
+from ..codegen.mma_atom import atom as atom_of, scores_as_a
 from ..codegen.shuffle import SHFL_WORDS
 from ..codegen.smem import CHUNK, SmemPlan, SmemTile
 from ..codegen.warp import SCRATCH_WORDS
@@ -35,7 +35,7 @@ from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from .attention_args import common_args
-from .gemm_mma import PLEVEL_TWIN, mma_kind, pairs_ok, smem_limit, tensor_cores
+from .gemm_mma import PLEVEL_TWIN, Request, mma_kind, pairs_ok, smem_limit, tensor_cores
 
 #: above the SIMT kernel (10), below split-KV decoding (20, on its condition)
 PLEVEL_CUDA = 15
@@ -108,6 +108,35 @@ class FlashGeometry:
         addrs = 2 * (self.d // a.k) + (0 if self.qres else self.d // a.k)
         return acc + scores * 3 // 2 + q + addrs + 8 * self.qm + 60
 
+    def smem_requests(self) -> list:
+        """Warp 0's first shared-memory request of each access, with ints: the 16-byte copies
+        of q, k and v (copy 0 of each lane), the ldmatrix rows of q, k and v (.trans), TF32's
+        32-bit loads of v in the keys' permuted order; the addresses the template computes
+        (the atom's ldmatrix lanes, the tiles' swizzles)."""
+        a = self.atom
+        q, k, v = self.tiles
+        out = []
+        for tile in (q, k, v):
+            off = self.plan.offset(tile.name)
+            at = tuple(off + tile.chunk_at(t // self.dc, t % self.dc) for t in range(32))
+            out.append(Request(f"cp.async {tile.name}", 16, at))
+        for tile, operand, tiles, k_major in ((q, "A", 1, True), (k, "B", 2, True),
+                                              (v, "B", 2, False)):
+            if a.epr != 2 and not k_major:
+                continue
+            off = self.plan.offset(tile.name)
+            lanes = tuple(off + tile.at(*a.ldmatrix_lane(operand, tiles, k_major, lane),
+                                        aligned=True) for lane in range(32))
+            out.append(Request(f"ldmatrix {tile.name}", 16, lanes, "ldmatrix"))
+        if a.epr == 1:
+            _, perm = scores_as_a(a)
+            off = self.plan.offset("V")
+            for u in range(a.b_regs):
+                lanes = tuple(off + v.at(perm[a.b(lane, u)[0]], lane >> 2)
+                              for lane in range(32))
+                out.append(Request(f"ld.shared.b32 V (b{u})", 4, lanes))
+        return out
+
     def why_not(self, limit: int) -> str:
         if self.d % 16 or self.bkv % 16:
             return f"D={self.d} and bkv={self.bkv} must be multiples of 16"
@@ -136,9 +165,16 @@ def space_for(d: int, kind: str, small: bool, limit: int) -> ConfigSpace | None:
     first of a preference list (GPU: 128 query rows, 64 keys a tile, 3 stages; 32 query rows
     a warp where the registers allow; the q fragments resident where they fit; the twin: one
     warp, small tiles)."""
+    def why(c):
+        g = geometry(kind, d, c["warps"], c["qm"], c["bkv"], c["stages"], c["qres"])
+        if g.d % 16 or g.bkv % 16:
+            return "tile geometry"
+        if g.plan.bytes > limit:
+            return f"shared memory over {limit // 1024} KiB"
+        return f"over {REGS_MAX} registers a lane (estimate)" if g.regs() > REGS_MAX else ""
+
     def ok(c):
-        return not geometry(kind, d, c["warps"], c["qm"], c["bkv"], c["stages"],
-                            c["qres"]).why_not(limit)
+        return not why(c)
     knobs = {"warps": (1, 2, 4, 8), "qm": (1, 2), "bkv": (16, 32, 64, 128),
              "stages": (2, 3, 4), "qres": (False, True)}
     prefer = ([(1, 1, 32, 2, True), (1, 1, 16, 2, True), (1, 1, 16, 2, False)] if small else
@@ -148,7 +184,7 @@ def space_for(d: int, kind: str, small: bool, limit: int) -> ConfigSpace | None:
     for w, qm, bkv, st, qres in prefer:
         c = {"warps": w, "qm": qm, "bkv": bkv, "stages": st, "qres": qres}
         if ok(c):
-            return ConfigSpace(knobs, c, constraint=ok, added={"qm": 1, "qres": True})
+            return ConfigSpace(knobs, c, added={"qm": 1, "qres": True}, why=why)
     return None
 
 
@@ -160,8 +196,11 @@ def _run(ctx, main):
     qtiles = ceil_div(sq, bq)
     vec = (int(all(alignment_of(a) % 16 == 0 for a in arrays[:3]))
            | int(pairs_ok(ctx.outputs[0], int(ctx.inputs[0].shape[3]))) << 1)
-    main(*arrays, *ctx.outputs, *mstr, s(hq), s(hkv), s(hq // hkv), s(sq), s(skv), s(qtiles),
-         np.int32(vec), grid=b * hq * qtiles, block=32 * ctx.config["warps"])
+    named = dict(zip(("q", "k", "v", "mask"), arrays), **dict(zip(("o", "lse"), ctx.outputs)),
+                 **dict(zip(("msb", "msh", "msq", "msk"), mstr)))
+    main(**named, hq=s(hq), hkv=s(hkv), group=s(hq // hkv), sq=s(sq), skv=s(skv),
+         qtiles=s(qtiles), vec=np.int32(vec), grid=b * hq * qtiles,
+         block=32 * ctx.config["warps"])
 
 
 def _low_occupancy(p) -> str:
@@ -172,7 +211,7 @@ def _low_occupancy(p) -> str:
 
 FLASH_MMA = kernel_impl("flash_mma", _run, main=Kernel(
     "attention/flash_mma.j2", low_occupancy=_low_occupancy,
-    dynamic_local=lambda p: _geo(p).plan.bytes,
+    dynamic_local=lambda p: _geo(p).plan.bytes, smem_requests=lambda p: _geo(p).smem_requests(),
     doc="FlashAttention-2 forward on tensor cores: cp.async stages, mma, online softmax"))
 
 

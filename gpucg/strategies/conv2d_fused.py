@@ -297,7 +297,7 @@ def decl(m: int, pre: bool):
         "conv2d/winograd_fused.j2", {"pre": pre}, derive=_strides,
         doc=f"the input region in local memory, V = B^T d B there, {what}, the alpha^2 "
             "products in registers, A^T M A and the epilogue",
-        low_occupancy=_low, dynamic_local=_dynamic))
+        low_occupancy=_low, dynamic_local=_dynamic, smem_requests=kernel_requests))
 
 
 def _low(p) -> str:

@@ -92,6 +92,18 @@ def why_not(core, smem_limit: int) -> str:
     return ""
 
 
+def why_short(core, smem_limit: int) -> str:
+    """:func:`why_not` as the reason a space counts configs by (the limit, not the figure)."""
+    why = core.why_not()
+    if why:
+        return "tile geometry"
+    if core.smem_bytes > smem_limit:
+        return f"shared memory over {smem_limit // 1024} KiB"
+    if regs(core) > REGS_MAX or regs(core) * core.nt > 64 * 1024:
+        return f"over {REGS_MAX} registers a thread (estimate)"
+    return ""
+
+
 #: the default tiles of a GPU, largest first: (bm, bn, wm, wn); the first whose grid fills a
 #: wave of the device's multiprocessors is taken (the last where none does)
 GPU_TILES = {2: ((128, 256, 64, 64), (128, 128, 64, 64), (64, 128, 32, 64), (64, 64, 32, 32)),
@@ -106,8 +118,11 @@ def mma_space(kind: str, eb: int, a_k_major: bool, b_k_major: bool, smem_limit: 
     The twin's default (``small``) is small: its emulated warps are slow (the CUDA defaults can
     be forced on it). ``fill``: (rows, columns, multiprocessors) of a call whose sizes are
     known: the GPU default shrinks until its grid fills the device."""
+    def why(c):
+        return why_short(core_of(kind, c, a_k_major, b_k_major), smem_limit)
+
     def ok(c):
-        return not why_not(core_of(kind, c, a_k_major, b_k_major), smem_limit)
+        return not why(c)
     if small:
         default = {"bm": 32, "bn": 32, "bk": 32, "wm": 16, "wn": 16, "stages": 2, "raster": 1}
     else:
@@ -126,7 +141,7 @@ def mma_space(kind: str, eb: int, a_k_major: bool, b_k_major: bool, smem_limit: 
     knobs = {"bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (16, 32, 64),
              "wm": (16, 32, 64), "wn": (16, 32, 64), "stages": (2, 3, 4, 5),
              "raster": (1, 4, 8, 16)}
-    return ConfigSpace(knobs, default, constraint=ok, added={"raster": 1})
+    return ConfigSpace(knobs, default, added={"raster": 1}, why=why)
 
 
 def smem_limit(target, twin: bool) -> int:
@@ -194,12 +209,18 @@ def dynamic_bytes(p) -> int:
     return core_of(p["kind"], p, p["a_k_major"], p["b_k_major"]).smem_bytes
 
 
+def kernel_requests(p) -> list:
+    """Kernel.smem_requests of a kernel on the core: :func:`smem_requests` of its template
+    parameters (which hold the config's knobs)."""
+    return smem_requests(p, p)
+
+
 def low_occupancy(p) -> str:
     """Why a kernel on the core may hold few warps an SM: large warp tiles keep 64 or more
     accumulators a thread (CUTLASS's and cuBLAS's tensor-core tiles run one or two blocks an
     SM the same way), and deep pipelines take most of the shared memory."""
     core = core_of(p["kind"], p, p["a_k_major"], p["b_k_major"])
-    if core.mi * core.ni * 4 >= 64 or core.smem_bytes > 64 * 1024:
+    if core.mi * core.ni * 4 >= 64 or core.smem_bytes > PORTABLE_LOCAL_BYTES:
         return (f"{core.mi * core.ni * 4} accumulators a thread ({core.wm} x {core.wn} warp "
                 f"tiles) and {core.smem_bytes} B of shared memory ({core.stages} stages): "
                 "latency hidden by the pipeline, not by more warps")
