@@ -78,8 +78,7 @@ def paged_gpu(attrs, inputs, outputs, target):
                               attrs.window, attrs.alibi_slopes is not None, False)
     caps = target.capabilities
     info = dec.DecodeInfo("paged", "BSHD", False, attrs.alibi_slopes, params["window"], d, eb,
-                          caps.sm_count, caps.max_threads_per_sm, caps.max_blocks_per_sm,
-                          caps.smem_per_sm)
+                          caps)
     group = int(hq) // int(hkv) if sympy.sympify(hq).is_Integer and \
         sympy.sympify(hkv).is_Integer and int(hkv) else None
     smem = caps.smem_static_max
