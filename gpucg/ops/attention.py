@@ -30,7 +30,8 @@ from ..op import (Case, Constraint, KernelInfo, OpPattern, added_attr, register_
                   register_op)
 from ..shape import TensorType, var
 from ._attention_grad import attention_gradient
-from ._attention_math import attend64, check_slopes, slopes_attr, window_attr
+from ._attention_math import (attend64, check_slopes, head_constraints, slopes_attr,
+                              window_attr)
 from .dense import tf32_attr
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -133,13 +134,7 @@ def _constraints(inputs, attrs):
            Constraint(eq(v[1], k[1]), "attention: v has {} heads, but k has {}", (v[1], k[1])),
            Constraint(eq(v[2], k[2]), "attention: v has sequence length {}, but k has {}",
                       (v[2], k[2])),
-           Constraint(eq(sympy.Mod(sympy.sympify(q[1]), sympy.sympify(k[1])), 0),
-                      "attention: q's heads ({}) must be a multiple of k's and v's heads ({}) "
-                      "(grouped-query attention)", (q[1], k[1]))]
-    if attrs.alibi_slopes is not None:
-        n = len(attrs.alibi_slopes)
-        out.append(Constraint(eq(q[1], n), f"attention: q has {{}} heads, but alibi_slopes has "
-                              f"{n} values (one a query head)", (q[1],)))
+           *head_constraints("attention", q[1], k[1], attrs.alibi_slopes)]
     if len(inputs) == 4:
         full = (q[0], q[1], q[2], k[2])
         mshape = inputs[3].shape

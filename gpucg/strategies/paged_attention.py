@@ -32,7 +32,7 @@ from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..strategy import Strategy
 from . import attention_decode as dec
-from .attention import numpy_attention
+from .attention import host_only, numpy_attention
 
 
 def _paged_run(ctx, main, combine):
@@ -160,13 +160,5 @@ def _write_host(ctx):
 NUMPY_WRITE = host_impl("numpy_kv_write", _write_host)
 
 
-def _host(impl):
-    def strategy(attrs, inputs, outputs, target):
-        s = Strategy(target)
-        s.add(impl, 10)
-        return s
-    return strategy
-
-
-STRATEGIES = {"paged_attention": {"gpu": paged_gpu, "cpu": _host(NUMPY_PAGED)},
-              "kv_cache_write": {"gpu": write_gpu, "cpu": _host(NUMPY_WRITE)}}
+STRATEGIES = {"paged_attention": {"gpu": paged_gpu, "cpu": host_only(NUMPY_PAGED)},
+              "kv_cache_write": {"gpu": write_gpu, "cpu": host_only(NUMPY_WRITE)}}
