@@ -13,6 +13,8 @@ import torch.nn.functional as F
 import gpucg
 from gpucg.verify import resources as res, sass
 
+from conftest import as_dtype
+
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes (gpucg[bfloat16])")
 rng = np.random.default_rng(33)
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -39,8 +41,7 @@ CALLS = [("silu_and_mul", {}, lambda g: F.silu(g)),
 
 
 def sample(shape, dtype):
-    x = rng.standard_normal(shape) * 3
-    return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    return as_dtype(rng.standard_normal(shape) * 3, dtype)
 
 
 def want(x, act):
@@ -100,8 +101,7 @@ def special(dtype):
          -3.0, 0.5, 20.0, -20.0]
     gate = np.array(v * 2)
     up = np.array(v[3:] + v[:3] + v[::-1])
-    return np.concatenate([gate, up]).reshape(1, -1).repeat(3, 0).astype(
-        ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    return as_dtype(np.concatenate([gate, up]).reshape(1, -1).repeat(3, 0), dtype)
 
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))

@@ -10,14 +10,12 @@ import torch
 import gpucg
 from gpucg.verify import resources as res, sass
 
+from conftest import as_dtype
+
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes (gpucg[bfloat16])")
 rng = np.random.default_rng(5)
 GPU = "opencl -device=gpu"
 RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6, "float64": 1e-13}
-
-
-def as_dtype(a, dtype):
-    return np.asarray(a).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
 
 
 def torch_of(a):

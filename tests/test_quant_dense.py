@@ -11,6 +11,8 @@ import torch
 import gpucg
 from gpucg.verify import resources as res, sass
 
+from conftest import as_dtype
+
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes (gpucg[bfloat16])")
 rng = np.random.default_rng(6)
 GPU = "opencl -device=gpu"
@@ -19,8 +21,7 @@ RTOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 2e-6}
 
 
 def xs(shape, dtype):
-    x = rng.standard_normal(shape)
-    return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    return as_dtype(rng.standard_normal(shape), dtype)
 
 
 def int4_weights(n, k, g, zeros=True, sdtype="float16"):
@@ -54,7 +55,7 @@ def _matmul(x, w, bias):
 
 def check(got, want, dtype, what=""):
     g = np.asarray(got, np.float64)
-    assert got.dtype == np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype), what
+    assert got.dtype == as_dtype(0, dtype).dtype, what
     assert g.shape == want.shape, what
     np.testing.assert_array_equal(np.isnan(g), np.isnan(want), err_msg=what)
     ok = np.isfinite(want)

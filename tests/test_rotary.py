@@ -13,16 +13,12 @@ import torch
 import gpucg
 from gpucg.verify import resources as res, sass
 
-from conftest import under_oclgrind
+from conftest import as_dtype, under_oclgrind
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes (gpucg[bfloat16])")
 rng = np.random.default_rng(7)
 GPU = "opencl -device=gpu"
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-6, "float64": 1e-13}
-
-
-def as_dtype(a, dtype):
-    return np.asarray(a).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
 
 
 def caches(p, r, dtype, base=10000.0):
