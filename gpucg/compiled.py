@@ -248,8 +248,16 @@ class CompiledOp:
         backend, device = self.backend, self.target.backend != "numpy"
         move = backend.borrow if borrow else backend.to_device
         strided = index is not None and self.selection.choices[index].impl.strided
-        return tuple(move(x) if device and isinstance(x, np.ndarray)
-                     else x if strided else backend.contiguous(x) for x in arrays)
+        written = {j for _, j in self.op.inplace}
+        for j in written:  # written in place: a copy would take the writes
+            x = arrays[j]
+            if not isinstance(x, np.ndarray) and backend.contiguous(x) is not x:
+                raise InputError(f"{self.op.name}: {self.op.input_names[j]} is a view that is not "
+                                 "contiguous; it cannot be written in place: pass a contiguous "
+                                 "array")
+        return tuple((backend.to_device if j in written else move)(x)
+                     if device and isinstance(x, np.ndarray)
+                     else x if strided else backend.contiguous(x) for j, x in enumerate(arrays))
 
     def plan(self, *native_arrays) -> Plan:
         """What the dispatcher picks for these arrays (NumPy or of the target), checked
@@ -260,8 +268,16 @@ class CompiledOp:
 
     def run(self, plan: Plan, *native_arrays):
         """Run a plan on arrays of its dtypes and shapes (NumPy ones go to the device and back)."""
-        return self._execute(plan.index, self.prepare(native_arrays, plan.index),
-                             plan.out_shapes, plan.wide, plan.host)
+        inputs = self.prepare(native_arrays, plan.index)
+        out = self._execute(plan.index, inputs, plan.out_shapes, plan.wide, plan.host)
+        if not self.op.inplace:
+            return out
+        out = list(out) if isinstance(out, tuple) else [out]
+        for i, j in self.op.inplace:  # the caller's arrays are the results
+            if isinstance(native_arrays[j], np.ndarray) and out[i] is not native_arrays[j]:
+                np.copyto(native_arrays[j], out[i])
+            out[i] = native_arrays[j]
+        return out[0] if len(out) == 1 else tuple(out)
 
     def _execute(self, index: int, inputs, out_shapes, wide: bool, host: bool):
         ctx = RunContext(self, index, inputs, out_shapes, wide)

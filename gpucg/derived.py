@@ -11,6 +11,9 @@ else: in the other inputs' dimensions (then checked), so in the output types, th
 and the strategy's conditions. A dimension not of that form (``batch*seq``: a model's rows
 flattened) is read whole, as one size, wherever it stands. The strategy sees plain size symbols, as for any signature,
 and the dispatcher binds ``_s0 = x.shape[2]`` and evaluates the rest with integer arithmetic.
+The other dimensions take the form they have for every size the dispatcher admits
+(:func:`admissible`): the type relation compares ``64*batch`` read as ``_s0`` with ``_s0``,
+not with ``64*floor(_s0/64)``.
 """
 
 from __future__ import annotations
@@ -128,7 +131,32 @@ def derive(input_types) -> Derivation:
     types = []
     for i, t in enumerate(input_types):  # every size is now read or computable
         dims = [read.get((i, axis), d) if (i, axis) in read or isinstance(d, int) or
-                d.free_symbols <= known else simplify_dim(_reduce(d, sub))
+                d.free_symbols <= known else admissible(_reduce(d, sub), sizes)
                 for axis, d in enumerate(t.shape)]
         types.append(TensorType(tuple(dims), t.dtype))
     return Derivation(tuple(types), sizes)
+
+
+def admissible(expr, sizes: dict):
+    """``expr`` in the simplest form it takes for every value of the derived sizes the
+    dispatcher admits, so that sizes equal for all of them compare equal in a type relation.
+
+    A size read from ``a*u + b`` with ``|a| > 1`` is checked to be ``b`` plus a multiple of
+    ``a``: written ``a*k + b`` (``k`` an integer), ``floor(_s0/64)`` is ``k`` and
+    ``64*floor(_s0/64)`` is ``64*k``, which is ``_s0`` back again; ``Mod(_s0, 64)`` is 0.
+    A part that does not come back to the read sizes (``floor(_s0/64)`` alone) stays as it was.
+    """
+    expr = sympy.sympify(expr)
+    steps = {s: (sympy.Dummy("k", integer=True), z) for s, z in sizes.items()
+             if abs(z.a) != 1 and s in expr.free_symbols}
+    if not steps:
+        return simplify_dim(expr)
+    e = sympy.expand(expr.xreplace({s: z.a * k + z.b for s, (k, z) in steps.items()}))
+    for s, (k, z) in steps.items():
+        if k not in e.free_symbols:
+            continue
+        lin = _linear(e, k)
+        if lin is None or lin[0] % z.a:
+            return simplify_dim(expr)
+        e = lin[0] // z.a * (s - z.b) + lin[1]
+    return simplify_dim(sympy.expand(e))

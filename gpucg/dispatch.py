@@ -88,13 +88,15 @@ def generate(sel: Selection, input_names, checks=(), wide: bool | None = None,
                 size = derived.get(dim)
                 lines.append(f"    {dim.name} = {actual}" + (f"  # {size.dim}" if size else ""))
                 if size is not None and abs(size.a) != 1:  # a*u + b: u read back exactly
-                    lines.append(f"    if {_bare(f'({dim.name} - ({pyexpr(size.b)})) % {size.a}')}:")
+                    rest = f"{dim.name} - ({pyexpr(size.b)})" if size.b != 0 else dim.name
+                    lines.append(f"    if {_bare(f'({rest}) % {size.a}')}:")
                     k = size.a * sympy.Symbol("k") + size.b
                     lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, "
                                  f"'{size.dim}, {k} for an integer k')")
             elif dim.is_Symbol:
+                said = derived[dim].dim if dim in derived else dim.name
                 lines.append(f"    if {actual} != {dim.name}:")
-                lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, '{dim.name} = %d' % {dim.name})")
+                lines.append(f"        _bad_dim({name!r}, {axis}, {actual}, '{said} = %d' % {dim.name})")
     for name, t in zip(params, sel.input_types):
         for axis, dim in enumerate(t.shape):
             if not isinstance(dim, int) and not dim.is_Symbol:

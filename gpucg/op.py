@@ -99,6 +99,11 @@ class OpDef:
     cases: Callable | None = None
     #: ``(ctx: gpucg.autodiff.GradContext) -> tuple of input gradients`` (see register_gradient)
     gradient: Callable | None = None
+    #: ((output, input), ...): outputs that are inputs written in place
+    inplace: tuple = ()
+    #: ``(arrays, outputs) -> bytes``: the least global traffic of a call, where it is not
+    #: every input read and every output written once (a gather reads a part of its input)
+    compulsory: Callable | None = None
 
     def representative(self, kind: str | None = None) -> list[Case]:
         """The operator's representative calls, of one kind or all."""
@@ -155,7 +160,9 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
                 reference: Callable, pattern: OpPattern = OpPattern.OPAQUE, input_names=None, kernel_info=None,
                 doc: str = "", override: bool = False, constraints: Callable | None = None,
                 optional_inputs: int = 0, example: Callable | None = None,
-                static_axes: Callable | None = None, cases: Callable | None = None) -> OpDef:
+                static_axes: Callable | None = None, cases: Callable | None = None,
+                inplace: dict | None = None,
+                compulsory: Callable | None = None) -> OpDef:
     """Register an operator.
 
     Args:
@@ -177,6 +184,10 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
             compile as constants (the type relation needs them constant).
         cases: ``() -> [Case]``: representative calls for the checks that run every
             implementation (resources, Oclgrind, memory traffic, tuning benchmarks).
+        inplace: ``{output: input}``: outputs that are inputs written in place (the caller's
+            arrays are the results, on every target; gpucg.compiled writes NumPy ones back).
+        compulsory: ``(arrays, outputs) -> bytes``: the least global memory traffic of a call
+            (the traffic checks' yardstick) where it is less than every input and output once.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise OpError(f"operator name={describe(name)} must be an identifier")
@@ -190,7 +201,8 @@ def register_op(name: str, *, attrs: type = NoAttrs, num_inputs: int, type_rel: 
     module = sys._getframe(1).f_globals.get("__name__", "")
     op = OpDef(name, attrs, num_inputs, type_rel, OpPattern(pattern), reference, names,
                GenericFunc(f"{name}_strategy"), kernel_info or KernelInfo(), doc, constraints,
-               optional_inputs, example, static_axes, module, cases)
+               optional_inputs, example, static_axes, module, cases, None,
+               tuple(sorted((inplace or {}).items())), compulsory)
     _OPS[name] = op
     return op
 

@@ -56,8 +56,10 @@ class RunContext:
     @property
     def outputs(self) -> tuple:
         if self._outputs is None:
-            self._outputs = tuple(self.backend.empty(s, t.dtype) for s, t in
-                                  zip(self.out_shapes, self.compiled.output_types))
+            inplace = dict(self.compiled.op.inplace)  # those are inputs, written in place
+            self._outputs = tuple(self.inputs[inplace[i]] if i in inplace else
+                                  self.backend.empty(s, t.dtype) for i, (s, t) in
+                                  enumerate(zip(self.out_shapes, self.compiled.output_types)))
         return self._outputs
 
     def kernels(self) -> dict:

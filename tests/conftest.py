@@ -90,15 +90,16 @@ def _shared_constants_intact():
 def target(request):
     """Every backend usable on this machine: numpy and OpenCL (PoCL) in CI, and cuda where
     CuPy sees a GPU (marked gpu, so `pytest -m gpu` runs the backend tier on it too). On cuda,
-    a test with bfloat16 data skips (any parameter naming bfloat16, and all of test_bfloat16.py):
-    CuPy has no bfloat16 array, so the cuda target compiles those kernels (NVRTC checks them)
-    but cannot hold their data (README.md)."""
+    a test with bfloat16 or FP8 data skips (any parameter naming bfloat16 or float8, and all of
+    test_bfloat16.py, test_fp8.py and test_dense_fp8.py): CuPy has neither dtype, so the cuda
+    target compiles those kernels (NVRTC checks them) but cannot hold their data (README.md)."""
     backend_or_skip(request.param)
     params = getattr(getattr(request.node, "callspec", None), "params", {})
     if request.param == "cuda" and (
-            request.node.module.__name__.endswith("test_bfloat16")
-            or any("bfloat16" in repr(v) for k, v in params.items() if k != "target")):
-        pytest.skip("CuPy has no bfloat16 arrays: bfloat16 runs on numpy and opencl")
+            request.node.module.__name__.endswith(("test_bfloat16", "test_fp8", "test_dense_fp8"))
+            or any(w in repr(v) for k, v in params.items() if k != "target"
+                   for w in ("bfloat16", "float8"))):
+        pytest.skip("CuPy has no bfloat16 or FP8 arrays: they run on numpy and opencl")
     return request.param
 
 

@@ -204,13 +204,14 @@ def mobilenet_v3(size="tiny"):
 
 
 def swin(size="tiny"):
-    """A windowed vision transformer (torchvision's SwinTransformer class; tiny: one stage of
-    one block, 8x8 windows... on a 32x32 image in 4x4 patches)."""
+    """A windowed vision transformer (torchvision's SwinTransformer class; tiny: two stages of
+    two blocks, the second of each on shifted windows (its attention mask), 4x4 windows on a
+    32x32 image in 4x4 patches: 4*batch windows in the first stage, as Swin-T's 64*batch)."""
     tv = torchvision()
     from torchvision.models.swin_transformer import SwinTransformer
 
     if size == "tiny":
-        return _vision(lambda: SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1],
+        return _vision(lambda: SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2],
                                                num_heads=[2, 2], window_size=[4, 4],
                                                num_classes=10), 32)
     return _vision(lambda: tv.models.swin_t(weights=None), 224)

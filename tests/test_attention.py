@@ -309,11 +309,12 @@ def test_cli_explain_shows_prefill_and_decode(capsys):
                  "b,8,skv,128:float16", "--input", "b,8,skv,128:float16",
                  "--target", "cuda"]) == 0
     out = capsys.readouterr().out
-    assert "attention_split.cuda" in out and "attention_simt.cuda" in out
-    assert "(skv >= 1024) & (sq <= 16)" in out and "fallback" in out
-    # prefill on tensor cores (flash_mma, the fallback of the run-time dispatch), decode split
-    assert re.search(r"attention_split\.cuda +plevel +20 +dispatch 1", out), out
-    assert re.search(r"flash_mma\.cuda +plevel +15 +dispatch 2 .*fallback", out), out
+    assert "attention_decode.cuda" in out and "attention_simt.cuda" in out
+    assert "if sq <= 16" in out and "fallback" in out
+    # prefill on tensor cores (flash_mma, the fallback of the run-time dispatch), decode by
+    # the decode kernel (attention_split takes masked decodes)
+    assert re.search(r"attention_decode\.cuda +plevel +25 +dispatch 1", out), out
+    assert re.search(r"flash_mma\.cuda +plevel +15 +dispatch 3 .*fallback", out), out
 
 
 def torch_grads(q, k, v, do, *, causal=False, mask=None, softcap=None, layout="BHSD"):

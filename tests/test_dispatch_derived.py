@@ -13,6 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import gpucg
+from gpucg import derived
 from gpucg.derived import derive
 from gpucg.shape import evaluate
 from gpucg.strategy import Implementation, Strategy
@@ -172,3 +173,41 @@ def test_a_size_not_of_the_solvable_form_is_read_whole(dim):
     g = gpucg.compile("probe_sides", gpucg.tensor((dim,), "int8"), target="numpy")
     assert f"    _s0 = x.shape[0]  # {dim}\n" in g.dispatcher_source
     assert g.plan(_array(12)).out_shapes == ((6, 4),)
+
+@settings(max_examples=80, deadline=None)
+@given(a=st.sampled_from([2, 3, 7, 64, -4]), b=st.integers(-5, 5), p=st.integers(-3, 3),
+       q=st.integers(-70, 70), c=st.sampled_from([2, 3, 7, 32, 64, 128]),
+       fn=st.sampled_from([sympy.floor, sympy.ceiling]), k=st.integers(1, 10**6))
+@example(a=64, b=0, p=1, q=0, c=64, fn=sympy.floor, k=3)
+def test_a_size_takes_its_admissible_form_equal_for_every_admissible_value(a, b, p, q, c, fn, k):
+    """A size read from a*u + b (|a| > 1: the dispatcher checks (s - b) % a == 0) makes other
+    dimensions simplest for the values it admits: equal to the original for each of them."""
+    s = sympy.Symbol("_s0", integer=True, positive=True)
+    sizes = {s: derived.Size(a * n + b, 0, 0, a, b)}
+    value = {s: a * k + b}
+    for e in (a * fn((p * s + q) / sympy.Integer(c)) + c, c * fn((s + q) / sympy.Integer(a)),
+              sympy.Mod(p * s + q, c) + s, p * a * fn((s - b) / sympy.Integer(a)) + q):
+        assert evaluate(derived.admissible(e, sizes), value) == evaluate(e, value), e
+    assert derived.admissible(a * sympy.floor((s - b) / sympy.Integer(a)) + b, sizes) == s
+    assert derived.admissible(sympy.Mod(s - b, a), sizes) == 0
+
+
+def test_sizes_equal_for_every_admissible_value_compare_equal(target):
+    """Swin's windows: a (64*n, 3, 5, 4) @ b (64*n, 3, 4, 6). The dispatcher reads _s0 =
+    64*n from a and checks _s0 % 64 == 0, so b's 64*floor(_s0/64) is _s0: the batch dimensions
+    broadcast; a size no n gives is refused."""
+    a_t, b_t = gpucg.tensor((64 * n, 3, 5, 4)), gpucg.tensor((64 * n, 3, 4, 6))
+    f = gpucg.compile("matmul", a_t, b_t, target=target)
+    src = f.dispatcher_source
+    assert "    if _s0 % 64:\n" in src and "    if b.shape[0] != _s0:\n" in src
+    assert f.output_types[0].shape == (64 * n, 3, 5, 6)
+    rng = np.random.default_rng(0)
+    for batch in (1, 2):
+        a, b = (rng.standard_normal((64 * batch,) + t.shape[1:]).astype(np.float32)
+                for t in (a_t, b_t))
+        np.testing.assert_allclose(gpucg.to_host(f(a, b)), a.astype(np.float64) @ b,
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(gpucg.SignatureError, match=r"a.shape\[0\] is 65, .* 64\*k for an"):
+        f(np.zeros((65, 3, 5, 4), np.float32), np.zeros((65, 3, 4, 6), np.float32))
+    with pytest.raises(gpucg.SignatureError, match=r"b.shape\[0\] is 128, .* 64\*n = 64"):
+        f(np.zeros((64, 3, 5, 4), np.float32), np.zeros((128, 3, 4, 6), np.float32))

@@ -97,7 +97,6 @@ CALLS = [
                                           T((64,), "bfloat16"), T((n, 64), "bfloat16")),
      dict(activation="relu")),
     ("add_bfloat16_float16", "add", (T((n, m), "bfloat16"), T((m,), "float16")), {}),
-    ("multiply_float8_e5m2", "multiply", (T((n, m), "float8_e5m2"), T((m,), "float8_e5m2")), {}),
     ("cast_float32_float8", "cast", (T((n,), "float32"),), dict(dtype="float8_e4m3fn")),
     ("dense_fp8_blockwise", "dense_fp8", (T((n, 256), "float8_e4m3fn"), T((64, 256), "float8_e5m2"),
                                           T((n, 2), "float32"), T((1, 2), "float32"),
@@ -137,6 +136,16 @@ CALLS = [
      + (T((m, k), "bool"),), dict(layout="BSHD", softcap=30.0)),
     ("attention_additive_mask_bfloat16", "attention", (T((n, 4, m, 80), "bfloat16"),)
      + (T((n, 4, k, 80), "bfloat16"),) * 2 + (T((n, 1, m, k), "float32"),), {}),
+    ("attention_window_alibi", "attention", (T((n, 8, m, 128), "float16"),)
+     + (T((n, 2, k, 128), "float16"),) * 2, dict(window=100, alibi_slopes=(0.5,) * 8)),
+    ("paged_attention_window_alibi", "paged_attention",
+     (T((n, m, 8, 64), "float16"),) + (T((k, 16, 2, 64), "float16"),) * 2
+     + (T((n, 4), "int32"), T((n,), "int32")), dict(window=32, alibi_slopes=(0.25,) * 8)),
+    ("attention_varlen_window_alibi", "attention_varlen", (T((n, 8, 64), "float16"),)
+     + (T((k, 2, 64), "float16"),) * 2 + (T((m,), "int32"),) * 2,
+     dict(causal=True, window=16, alibi_slopes=(0.5,) * 8)),
+    ("kv_cache_write_int64_slots", "kv_cache_write", (T((n, 2, 64), "float16"),) * 2
+     + (T((k, 16, 2, 64), "float16"),) * 2 + (T((n,), "int64"),), {}),
 ]
 TARGETS = ["cuda", "opencl"]
 

@@ -183,27 +183,24 @@ def test_vector_config_moves_sixteen_elements_an_access():
     backend_or_skip("opencl")
     rng = np.random.default_rng(9)
     a = fp8_sample("float8_e4m3fn", (3, 64), rng)
-    b = fp8_sample("float8_e5m2", (64,), rng).astype(np.float32)
+    b = fp8_sample("float8_e4m3fn", (64,), rng)
     t = gpucg.tensor
-    f = gpucg.compile("multiply", t(a.shape, "float8_e4m3fn"), t(b.shape, "float32"),
+    f = gpucg.compile("multiply", t(a.shape, "float8_e4m3fn"), t(b.shape, "float8_e4m3fn"),
                       target="opencl", impl="ew_strided", config=dict(wg=64, items=1, vw=16))
     assert f.plan(a, b).index == 0
-    g = gpucg.compile("relu", t(a.shape, "float8_e4m3fn"), target="opencl",
-                      impl="ew_contiguous", config=dict(wg=64, items=1, vw=16))
-    assert g.plan(a).index == 0
     with np.errstate(all="ignore"):
-        np.testing.assert_array_equal(gpucg.to_host(f(a, b)), a.astype(np.float32) * b)
-    same_bits(gpucg.to_host(g(a)), np.maximum(a.astype(np.float32), 0).astype(a.dtype), "relu")
+        want = (a.astype(np.float32) * b.astype(np.float32)).astype(a.dtype)
+    same_bits(gpucg.to_host(f(a, b)), want, "multiply, 16 values a 128-bit access")
 
 
 def test_moves_keep_every_bit(target):
-    """concatenate, take and a same-dtype cast copy bits: e5m2's NaN payloads stay."""
+    """concatenate and take (and a same-dtype cast: copy.j2's raw path, as concatenate's)
+    copy bits: e5m2's NaN payloads stay."""
     x = CODES.view(NP["float8_e5m2"]).reshape(16, 16)
     y = gpucg.ops.concatenate([x, x[:3]], axis=0, target=target)
     same_bits(y, np.concatenate([x, x[:3]]), "concatenate")
     idx = np.array([15, 0, 3, 3], np.int64)
     same_bits(gpucg.ops.take(x, idx, axis=1, target=target), np.take(x, idx, axis=1), "take")
-    same_bits(gpucg.ops.cast(x, "float8_e5m2", target=target), x, "cast to itself")
 
 
 def test_torch_float8_tensors_in_and_out():
@@ -231,15 +228,10 @@ def test_cuda_sources_compile_with_nvrtc(nvrtc_or_skip):
     from gpucg.verify import nvrtc
 
     n = gpucg.var("n")
-    for name in FP8:
-        f = gpucg.compile("multiply", gpucg.tensor((n,), name), gpucg.tensor((n,), name),
-                          target="cuda")
-        tag = FORMATS[name].tag
+    for src_dtype, dst_dtype, want in (("float32", "float8_e4m3fn", "cvt.rn.satfinite.e4m3x2.f32"),
+                                       ("float8_e5m2", "float32", "cvt.rn.f16x2.e5m2x2")):
+        f = gpucg.compile("cast", gpucg.tensor((n,), src_dtype), dtype=dst_dtype, target="cuda")
         for src in f.sources.values():
-            assert f"gpucg_f_to_{tag}" in src and f"gpucg_{tag}_to_f" in src
-            ptx80 = nvrtc.compile_to_ptx(src, "sm_80")
-            ptx90 = nvrtc.compile_to_ptx(src, "sm_90")
-            text80 = ptx80.decode() if isinstance(ptx80, bytes) else ptx80
-            text90 = ptx90.decode() if isinstance(ptx90, bytes) else ptx90
-            assert "cvt.rn.satfinite" not in text80 and f"satfinite.{tag}x2.f32" in text90
-
+            ptx80, ptx90 = (nvrtc.compile_to_ptx(src, arch) for arch in ("sm_80", "sm_90"))
+            text80, text90 = (p.decode() if isinstance(p, bytes) else p for p in (ptx80, ptx90))
+            assert want not in text80 and want in text90

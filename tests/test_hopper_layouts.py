@@ -164,3 +164,25 @@ def test_a_register_fragment(kind):
     if kind == "f16":
         assert [hl.a_fragment(kind, 32 + 5, i) for i in (0, 1, 2, 4, 7)] == \
             [(17, 2), (17, 3), (25, 2), (17, 10), (25, 11)]
+
+
+@pytest.mark.parametrize("rank", [3, 5])
+def test_box_of_a_strided_tensor_of_every_rank(rank):
+    """A box of a 3-D and a 5-D tensor whose rows are padded (strides beyond the dims), at
+    coordinates partly outside: NumPy's slice of the tensor, zeros outside."""
+    rng = np.random.default_rng(rank)
+    shape = (3, 4, 5, 6, 16)[-rank:]
+    padded = shape[:-1] + (24,)  # each innermost row padded to 48 bytes
+    full = rng.integers(1, 1000, padded).astype(np.float16)
+    strides = tuple(s for s in full.strides)  # NumPy's byte strides, innermost 2
+    box = (2, 3, 2, 4, 8)[-rank:]
+    t = TensorMap.for_array(shape, "float16", box, strides=strides)
+    coords = (-1, 2, 4, 3, 12)[-rank:][::-1]  # driver order: innermost first
+    smem = np.zeros(int(np.prod(box)) * 2, np.uint8)
+    box_load(t, full.view(np.uint8).reshape(-1), coords, smem)
+    want = np.zeros(box, np.float16)
+    lo = coords[::-1]
+    src = tuple(slice(max(c, 0), min(c + b, d)) for c, b, d in zip(lo, box, shape))
+    dst = tuple(slice(s.start - c, s.stop - c) for s, c in zip(src, lo))
+    want[dst] = full[src]
+    np.testing.assert_array_equal(smem.view(np.float16).reshape(box), want)

@@ -429,3 +429,55 @@ def test_half_gemv_loads_128_bits(sass_or_skip, arch, m):
                 impl="gemv", arch=arch)
     for kernel, mix in got.items():
         sass.assert_sass(mix, has=("LDG.128",), none=("LDL", "STL"), what=f"gemv/{kernel} {arch}")
+
+
+#: the decode kernels (Sq <= 16): dense cache and paged, GQA and MQA, D split across lanes
+DECODE = [("attention", "attention_decode", "float16", 128, 32, 8, {}),
+          pytest.param("attention", "attention_decode", "float32", 80, 8, 1, {"causal": True},
+                       marks=pytest.mark.exhaustive),
+          pytest.param("paged_attention", "paged_decode", "float16", 128, 32, 8, {},
+                       marks=pytest.mark.exhaustive),
+          ("paged_attention", "paged_decode", "float16", 64, 8, 1, {"window": 64})]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("op,impl,dtype,d,hq,hkv,attrs", DECODE, ids=lambda v: str(v))
+def test_decode_loads_through_cp_async_and_shuffles(sass_or_skip, arch, op, impl, dtype, d, hq,
+                                                     hkv, attrs):
+    """The decode kernels' default configs: K and V tiles by cp.async (LDGSTS), read back 128
+    bits at a time (LDS.128), each dot product's lane parts added by shuffles (SHFL), no local
+    memory (no spills, the register arrays unrolled)."""
+    t = gpucg.tensor
+    if op == "attention":
+        types = (t((4, hq, 1, d), dtype), t((4, hkv, 8192, d), dtype), t((4, hkv, 8192, d), dtype))
+    else:
+        types = (t((4, 1, hq, d), dtype), t((2048, 16, hkv, d), dtype),
+                 t((2048, 16, hkv, d), dtype), t((4, 256), "int32"), t((4,), "int32"))
+    got = mixes(op, *types, impl=impl, arch=arch, **attrs)
+    sass.assert_sass(got["main"], has=("LDGSTS", "LDS.128", "SHFL"), none=("LDL", "STL"),
+                     what=f"{op} {impl}/main {dtype} D={d} {arch}")
+
+
+def test_fp8_conversions_are_one_instruction_from_sm_89(sass_or_skip):
+    """FP8 stores and loads on sm_90: the PTX cvt is one F2FP (SATFINITE...E4M3.F32 packing a
+    store, F16.E5M2.UNPACK_B widening a load); below sm_89 the integer arithmetic."""
+    from gpucg.verify import nvrtc
+
+    n = gpucg.var("n")
+    for src, dst, want in (("float32", "float8_e4m3fn", "F2FP.SATFINITE.E4M3.F32"),
+                           ("float8_e5m2", "float32", "F2FP.F16.E5M2.UNPACK_B")):
+        f = gpucg.compile("cast", gpucg.tensor((n,), src), dtype=dst, target="cuda")
+        cubin, _ = nvrtc.compile_to_cubin(f.source(0, "main"), "sm_90")
+        ops = [o for kernel in sass.parse_sass(sass.disassemble(cubin)).values() for o in kernel]
+        assert any(o.startswith(want) for o in ops), sorted(set(ops))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_dense_fp8_tile_reads_shared_memory_128_bits_at_a_time(sass_or_skip, arch):
+    """dense_fp8's SIMT tile (FP8 dequantized in registers) on its 4096^3 blockwise bench case:
+    LDS.128 fragment reads, FFMA, barriers, no local memory, no tensor cores (those come with
+    the tile layer)."""
+    case = gpucg.get_op("dense_fp8").representative("bench")[0]
+    mix = mixes("dense_fp8", *case.inputs, impl="fp8_tiled", arch=arch, **case.attrs)["gemm"]
+    sass.assert_sass(mix, has=("LDS.128", "FFMA", "BAR"), none=("LDL", "STL", "HMMA"),
+                     what=f"dense_fp8 fp8_tiled {arch}")

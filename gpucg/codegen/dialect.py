@@ -189,8 +189,8 @@ class Dialect:
     def vlanes(self, dtype: str) -> int:
         return _vec.lanes(dtype)
 
-    def vload(self, dst: str, ptr: str, index: str, dtype: str, count: int) -> str:
-        return _vec.vload(self, dst, ptr, index, dtype, count)
+    def vload(self, dst: str, ptr: str, index: str, dtype: str, count: int, space="global") -> str:
+        return _vec.vload(self, dst, ptr, index, dtype, count, space)
 
     def vstore(self, ptr: str, index: str, values, dtype: str) -> str:
         return _vec.vstore(self, ptr, index, values, dtype)

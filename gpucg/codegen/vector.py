@@ -78,31 +78,39 @@ def _at(ptr: str, index: str, q: int) -> str:
     return f"{ptr} + {index}" + (f" + {q}" if q else "")
 
 
-def _ptr(d, vtype: str, const: bool) -> str:
-    space = f"{d.global_ptr} " if d.global_ptr else ""
-    return f"({space}{'const ' if const else ''}{vtype}*)"
+def _ptr(d, vtype: str, const: bool, space: str = "global") -> str:
+    qual = d.local_ptr if space == "local" else d.global_ptr
+    qual = f"{qual} " if qual else ""
+    return f"({qual}{'const ' if const else ''}{vtype}*)"
 
 
-def vload(d, dst: str, ptr: str, index: str, dtype: str, count: int) -> str:
+def vload(d, dst: str, ptr: str, index: str, dtype: str, count: int,
+          space: str = "global") -> str:
     """Statements declaring ``const CT {dst}{k}`` = ptr[index + k] for k < count, CT the compute
     type (float for 16-bit floats), read ``lanes(dtype)`` elements an access (count a multiple
-    of it; 1: one scalar load)."""
+    of it; 1: one scalar load). ``space`` "local": ``ptr`` is a shared array of 16-bit units
+    (Dialect.smem, 16-byte aligned) and ``index`` counts those units (LDS.128 on CUDA)."""
+    if space not in ("global", "local"):
+        raise DTypeError(f"vector load space {space!r}: 'global' or 'local'")
     half = d.half_format(dtype)
     ct = "float" if half else d.type(dtype)
-    if count == 1:
+    local = space == "local"
+    if count == 1 and not local:
         value = d.load(ptr, index, dtype) if half else f"{ptr}[{index}]"
         return f"const {ct} {dst}0 = {value};"
     v, per, size = d.vector, lanes(dtype), itemsize(dtype)
     _check(count, per, dtype)
     out = []
     for q in range(0, count, per):
-        w, at = f"{dst}_w{q // per}", _at(ptr, index, q)
+        w, at = f"{dst}_w{q // per}", _at(ptr, index, q * size // 2 if local else q)
         if half == "float16" and v.half8_load:
+            if local:
+                at = f"({d.local_ptr} const half*)({at})"
             out.append(f"const float8 {w} = {v.half8_load.format(ptr=at)};")
             elems = [f"{w}.s{k}" for k in range(per)]
         else:
             vt = v.types[dtype if size >= 4 else "words"]
-            out.append(f"const {vt} {w} = *{_ptr(d, vt, True)}({at});")
+            out.append(f"const {vt} {w} = *{_ptr(d, vt, True, space)}({at});")
             elems = [f"{w}.{_COMP[k]}" for k in range(per)] if size >= 4 else \
                 [_unpack(d, f"{w}.{_COMP[k * size // 4]}", k * size % 4 * 8, dtype, half)
                  for k in range(per)]

@@ -5,6 +5,7 @@ functions); gpucg.builtin loads them with their strategies when gpucg is importe
 """
 
 from .attention import attention
+from .attention_varlen import attention_varlen
 from .batch_norm import batch_norm, fold_batch_norm
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
@@ -19,6 +20,7 @@ from .elementwise import (Fused, abs, add, broadcast_to, clip, divide, elu, equa
                           tanh, transpose, where)
 from .gated import gelu_and_mul, silu_and_mul
 from .norm import layer_norm, log_softmax, rms_norm, softmax
+from .paged_attention import kv_cache_write, paged_attention
 from .pool import avg_pool2d, global_avg_pool2d, global_max_pool2d, max_pool2d
 from .quant_dense import dense_int4, dense_int8
 from .rotary import rotary_embedding
@@ -42,4 +44,5 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "cast", "concatenate", "expand_dims", "flatten", "split", "squeeze",
            "strided_slice", "take", "batch_norm", "fold_batch_norm",
            "silu_and_mul", "gelu_and_mul", "rotary_embedding", "dense_int4", "dense_int8",
-           "dense_fp8", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu"]
+           "dense_fp8", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu",
+           "paged_attention", "kv_cache_write", "attention_varlen"]

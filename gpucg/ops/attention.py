@@ -6,6 +6,9 @@ multi-query attention). The semantics are those of torch's scaled_dot_product_at
 - causal aligned to the bottom-right corner when Sq != Skv (FlashAttention 2, decoding with a
   KV cache): query i sees key j when j <= i + Skv - Sq;
 - softcap: scores become softcap * tanh(scores / softcap) (after the scale, before the mask);
+- window w: query i sees keys j with i' - w <= j <= i' (i' = i + Skv - Sq; a window bounds
+  both sides, causal or not); alibi_slopes: the scores gain -slope_h * |i' - j| (one slope a
+  query head, FlashAttention's convention);
 - a row that sees no key (fully masked, or Skv = 0) gives zeros, and its log-sum-exp is -inf.
 The mask, broadcastable to (B, Hq, Sq, Skv) (always in that order), is boolean (True: the key
 takes part, as torch's) or additive (any float dtype). float16 and bfloat16 are computed with
@@ -27,6 +30,7 @@ from ..op import (Case, Constraint, KernelInfo, OpPattern, added_attr, register_
                   register_op)
 from ..shape import TensorType, var
 from ._attention_grad import attention_gradient
+from ._attention_math import attend64, check_slopes, slopes_attr, window_attr
 from .dense import tf32_attr
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -50,8 +54,9 @@ def _opt_float(name: str, value, positive: bool):
 @dataclass(frozen=True)
 class AttentionAttrs:
     """causal (bottom-right aligned), scale (None: 1/sqrt(D)), layout ("BHSD" or "BSHD"),
-    softcap (None or > 0), return_lse (also return the row log-sum-exp) and allow_tf32
-    (float32 products on TF32 tensor cores; None: the GPUCG_ALLOW_TF32 knob, off unless set)."""
+    softcap (None or > 0), return_lse (also return the row log-sum-exp), allow_tf32
+    (float32 products on TF32 tensor cores; None: the GPUCG_ALLOW_TF32 knob, off unless set),
+    window (None or keys i' - window .. i') and alibi_slopes (None or one float a query head)."""
 
     causal: bool = False
     scale: float | None = None
@@ -59,8 +64,12 @@ class AttentionAttrs:
     softcap: float | None = None
     return_lse: bool = False
     allow_tf32: bool | None = added_attr(None, before=False)
+    window: int | None = added_attr(None, before=None)
+    alibi_slopes: tuple | None = added_attr(None, before=None)
 
     def __post_init__(self):
+        object.__setattr__(self, "window", window_attr(self.window))
+        object.__setattr__(self, "alibi_slopes", slopes_attr(self.alibi_slopes))
         object.__setattr__(self, "allow_tf32", tf32_attr(self.allow_tf32))
         object.__setattr__(self, "causal", require_bool("causal", self.causal))
         object.__setattr__(self, "return_lse", require_bool("return_lse", self.return_lse))
@@ -109,6 +118,7 @@ def _type_rel(inputs, attrs):
         if m.ndim > 4:
             raise InputError(f"attention: mask has rank {m.ndim}; it must broadcast to "
                              f"(B, Hq, Sq, Skv), rank 4 at most")
+    check_slopes(attrs.alibi_slopes, hq, "attention")
     out = TensorType(q.shape, q.dtype)
     if attrs.return_lse:
         return out, TensorType((b, hq, sq), "float32")
@@ -126,6 +136,10 @@ def _constraints(inputs, attrs):
            Constraint(eq(sympy.Mod(sympy.sympify(q[1]), sympy.sympify(k[1])), 0),
                       "attention: q's heads ({}) must be a multiple of k's and v's heads ({}) "
                       "(grouped-query attention)", (q[1], k[1]))]
+    if attrs.alibi_slopes is not None:
+        n = len(attrs.alibi_slopes)
+        out.append(Constraint(eq(q[1], n), f"attention: q has {{}} heads, but alibi_slopes has "
+                              f"{n} values (one a query head)", (q[1],)))
     if len(inputs) == 4:
         full = (q[0], q[1], q[2], k[2])
         mshape = inputs[3].shape
@@ -142,38 +156,13 @@ def _bhsd(x: np.ndarray, layout: str) -> np.ndarray:
     return x if layout == "BHSD" else x.transpose(0, 2, 1, 3)
 
 
-def _float(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float64)
-
-
 def reference(q, k, v, *rest):
     """The float64 reference, written the obvious way (the whole score matrix)."""
     *mask, attrs = rest
-    q64, k64, v64 = (_float(_bhsd(t, attrs.layout)) for t in (q, k, v))
-    b, hq, sq, d = q64.shape
-    hkv, skv = k64.shape[1], k64.shape[2]
-    k64 = np.repeat(k64, hq // max(hkv, 1), axis=1)
-    v64 = np.repeat(v64, hq // max(hkv, 1), axis=1)
-    s = q64 @ k64.transpose(0, 1, 3, 2) * softmax_scale(attrs, d)
-    if attrs.softcap is not None:
-        s = attrs.softcap * np.tanh(s / attrs.softcap)
-    keep = np.ones(s.shape, bool)
-    if mask:
-        m = np.broadcast_to(mask[0], s.shape)
-        if m.dtype == np.bool_:
-            keep &= m
-        else:
-            s = s + m.astype(np.float64)
-    if attrs.causal:
-        keep &= np.arange(skv)[None, :] <= np.arange(sq)[:, None] + (skv - sq)
-    s = np.where(keep, s, -np.inf)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        mx = s.max(axis=-1, keepdims=True) if skv else np.full(s.shape[:3] + (1,), -np.inf)
-        safe = np.where(np.isfinite(mx), mx, 0.0)
-        e = np.exp(s - safe)
-        total = e.sum(axis=-1, keepdims=True)
-        o = np.where(total > 0, (e @ v64) / np.where(total > 0, total, 1), 0.0)
-        lse = np.where(total > 0, np.log(np.where(total > 0, total, 1)) + safe, -np.inf)[..., 0]
+    q64, k64, v64 = (_bhsd(t, attrs.layout).astype(np.float64) for t in (q, k, v))
+    o, lse = attend64(q64, k64, v64, scale=softmax_scale(attrs, q64.shape[3]),
+                      softcap=attrs.softcap, causal=attrs.causal, window=attrs.window,
+                      slopes=attrs.alibi_slopes, mask=mask[0] if mask else None)
     o = _bhsd(o, attrs.layout).astype(q.dtype)
     return (o, lse.astype(np.float32)) if attrs.return_lse else o
 
@@ -196,7 +185,12 @@ def _cases():
             c((1, 2, 19, 80), (1, 2, 19, 80), "float16", "small", "mask and softcap",
               mask=((1, 1, 19, 19), "bool"), softcap=20.0),
             c((1, 2, 5, 32), (1, 1, 21, 32), "float32", "small", "TF32 allowed, GQA",
-              mask=((21,), "float32"), allow_tf32=True)]
+              mask=((21,), "float32"), allow_tf32=True),
+            # the decode kernel's traffic: each key and value byte read once (GQA packed)
+            Case(c((1, 8, 1, 64), (1, 2, 400, 64), "float16", "small", "").inputs, {}, "small",
+                 "decode GQA 8/2", not_simulated=dict.fromkeys(
+                     ("attention_simt", "attention_split", "flash_mma"),
+                     "the other cases cover it; here the decode kernel's traffic"))]
 
 
 register_op("attention", attrs=AttentionAttrs, num_inputs=4, optional_inputs=1,
@@ -213,7 +207,7 @@ register_op("attention", attrs=AttentionAttrs, num_inputs=4, optional_inputs=1,
 
 
 def attention(q, k, v, *, causal=False, mask=None, scale=None, layout="BHSD", softcap=None,
-              return_lse=False, target=None, allow_tf32=None):
+              return_lse=False, target=None, allow_tf32=None, window=None, alibi_slopes=None):
     """Scaled dot-product attention, fused: softmax(q k^T * scale [+ mask]) v.
 
     Args:
@@ -229,13 +223,16 @@ def attention(q, k, v, *, causal=False, mask=None, scale=None, layout="BHSD", so
         target: "cuda", "opencl", "numpy" or None for the default target.
         allow_tf32: float32 scores and products may round their operands to TF32 on tensor
             cores (None: the GPUCG_ALLOW_TF32 knob, off by default); else exact float32.
+        window: None, or query i sees keys i' - window .. i' only (i' = i + Skv - Sq).
+        alibi_slopes: None, or one slope a query head: scores gain -slope * |i' - j|.
 
     Rows that see no key give zeros (and a log-sum-exp of -inf).
     """
     inputs = (q, k, v) if mask is None else (q, k, v, mask)
+    extra = {k: val for k, val in (("allow_tf32", allow_tf32), ("window", window),
+                                   ("alibi_slopes", slopes_attr(alibi_slopes))) if val is not None}
     return call("attention", inputs, target=target, causal=causal, scale=scale, layout=layout,
-                softcap=softcap, return_lse=return_lse,
-                **({} if allow_tf32 is None else {"allow_tf32": allow_tf32}))
+                softcap=softcap, return_lse=return_lse, **extra)
 
 
 # -- the gradient, written with registered operators (gpucg/ops/_attention_grad.py) -------------

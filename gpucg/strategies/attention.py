@@ -2,6 +2,10 @@
 
 GPU implementations, by plevel (conditions on the symbolic sizes, checked at run time by the
 generated dispatcher, so one compiled attention serves prefill and decode):
+  attention_decode Sq <= 16 without a mask (plevel 25; 5 on CPU devices, where its emulated
+                   shuffles are slow): a (batch, KV head, split of the keys) a work-group with
+                   every query head of the group packed, 16-byte cp.async stages, D split
+                   across lanes (strategies/attention_decode.py).
   attention_split  Sq <= 16 and Skv >= 1024 (decoding with a long KV cache): the keys are split
                    across work-groups (flash-decoding), each writing a normalized partial output
                    and its log-sum-exp, and a second kernel combines them by their
@@ -29,7 +33,7 @@ from ..ops.attention import dims, softmax_scale
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..strategy import Strategy
-from . import attention_mma
+from . import attention_decode, attention_mma
 from .attention_args import common_args
 from .gemm_tile import sm_count
 
@@ -50,6 +54,7 @@ class AttnInfo:
     has_mask: bool
     lse: bool
     sms: int
+    slopes: tuple | None = None
 
 
 def _simt_run(ctx, main):
@@ -58,8 +63,14 @@ def _simt_run(ctx, main):
         return
     s, wg = ctx.size, ctx.config["wg"]
     qtiles = ceil_div(sq, wg)
-    main(*arrays, *ctx.outputs, *mstr, s(hq), s(hkv), s(hq // hkv), s(sq), s(skv), s(qtiles),
-         grid=b * hq * qtiles, block=wg)
+    main(*arrays, *_slopes(ctx), *ctx.outputs, *mstr, s(hq), s(hkv), s(hq // hkv), s(sq), s(skv),
+         s(qtiles), grid=b * hq * qtiles, block=wg)
+
+
+def _slopes(ctx) -> tuple:
+    """The ALiBi slopes argument on the backend, if the call has them."""
+    slopes = ctx.info.slopes
+    return () if slopes is None else (attention_decode.slopes_on(ctx, slopes),)
 
 
 def splits_for(work: int, skv: int, bk: int, sms: int) -> tuple[int, int]:
@@ -79,7 +90,7 @@ def _split_run(ctx, part, combine):
     splits, chunk = splits_for(b * hq * qtiles, skv, ctx.config["bk"], ctx.info.sms)
     rows = b * hq * sq
     po, pl = ctx.empty((rows * splits * d,), np.float32), ctx.empty((rows * splits,), np.float32)
-    part(*arrays, po, pl, *mstr, s(splits), s(chunk), s(hq), s(hkv), s(hq // hkv), s(sq), s(skv),
+    part(*arrays, *_slopes(ctx), po, pl, *mstr, s(splits), s(chunk), s(hq), s(hkv), s(hq // hkv), s(sq), s(skv),
          s(qtiles), grid=b * hq * qtiles * splits, block=wg)
     cwg = ctx.config["combine_wg"]
     combine(po, pl, *ctx.outputs, s(splits), s(hq), s(sq), s(rows * d),
@@ -97,11 +108,11 @@ def _low_occupancy(p) -> str:
 
 
 ATTENTION_SIMT = kernel_impl("attention_simt", _simt_run, main=Kernel(
-    "attention/simt.j2", {"split": False}, spills=_spills, low_occupancy=_low_occupancy,
+    "attention/simt.j2", {"split": False, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
     doc="a tile of query rows a work-group, keys and values streamed, online softmax"))
 ATTENTION_SPLIT = kernel_impl(
     "attention_split", _split_run,
-    part=Kernel("attention/simt.j2", {"split": True}, spills=_spills, low_occupancy=_low_occupancy,
+    part=Kernel("attention/simt.j2", {"split": True, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
                 doc="pass 1: a part of the keys a work-group, a partial output and its lse"),
     combine=Kernel("attention/combine.j2", derive=lambda p: {"wg": p["combine_wg"]},
                    doc="pass 2: the partial outputs combined by their log-sum-exps"))
@@ -131,9 +142,13 @@ def gpu_strategy(attrs, inputs, outputs, target):
                   qscale=scale / attrs.softcap if attrs.softcap else scale,
                   half=half_format(q.dtype), lse=attrs.return_lse,
                   mask=("bool" if mask.dtype == "bool" else "add") if mask is not None else False,
-                  mask_half=half_format(mask.dtype) if mask is not None else False)
-    info = AttnInfo(attrs.layout, mask is not None, attrs.return_lse, sm_count(target))
+                  mask_half=half_format(mask.dtype) if mask is not None else False,
+                  window=-1 if attrs.window is None else attrs.window,
+                  alibi=attrs.alibi_slopes is not None)
+    info = AttnInfo(attrs.layout, mask is not None, attrs.return_lse, sm_count(target),
+                    attrs.alibi_slopes)
     s = Strategy(target)
+    attention_decode.offer(s, attrs, q, k, target, mask is not None)
     if d > SIMT_D_MAX:
         why = f"head dim D={d} is over {SIMT_D_MAX}, the most the kernels keep in registers"
         s.exclude(ATTENTION_SPLIT, 20, why)
@@ -143,7 +158,11 @@ def gpu_strategy(attrs, inputs, outputs, target):
     s.add(ATTENTION_SPLIT, 20, condition=sympy.And(sympy.Le(sq, DECODE_SQ_MAX),
                                                    sympy.Ge(skv, DECODE_SKV_MIN)),
           space=space, fixed=params, info=info)
-    attention_mma.offer(s, q.dtype, attrs.allow_tf32, d, params, info, target)
+    if attrs.window is not None or attrs.alibi_slopes is not None:
+        s.exclude(attention_mma.FLASH_MMA, attention_mma.PLEVEL_CUDA,
+                  "a window or ALiBi slopes (the SIMT and decode kernels take them)")
+    else:
+        attention_mma.offer(s, q.dtype, attrs.allow_tf32, d, params, info, target)
     s.add(ATTENTION_SIMT, 10, space=space, fixed=params, info=info)
     return s
 
@@ -178,6 +197,8 @@ def numpy_attention(q, k, v, mask, attrs):
     per = max(1, b * hq)
     qb = max(1, min(sq, int(math.sqrt(HOST_BLOCK / per)) or 1, 512))
     kb = max(1, min(skv, max(16, HOST_BLOCK // (per * qb))))
+    if attrs.alibi_slopes is not None:
+        slopes = np.asarray(attrs.alibi_slopes, np.float32).reshape(hkv, gsz, 1, 1)
     kf = kh.astype(np.float32).reshape(b, hkv, 1, skv, d)
     vf = vh.astype(np.float32).reshape(b, hkv, 1, skv, d)
     for q0 in range(0, sq, qb):
@@ -186,9 +207,12 @@ def numpy_attention(q, k, v, mask, attrs):
         m = np.full((b, hkv, gsz, q1 - q0, 1), -np.inf, np.float32)
         l = np.zeros_like(m)  # noqa: E741
         acc = np.zeros((b, hkv, gsz, q1 - q0, d), np.float32)
-        # causal: the block's last query sees keys up to q1 - 1 + skv - sq
-        kend = min(skv, q1 + skv - sq) if attrs.causal else skv
-        for k0 in range(0, max(kend, 0), kb):
+        # causal: the block's last query sees keys up to q1 - 1 + skv - sq; a window: its
+        # first query keys from q0 + skv - sq - window on
+        bounded = attrs.causal or attrs.window is not None
+        kend = min(skv, q1 + skv - sq) if bounded else skv
+        kbeg = max(0, q0 + skv - sq - attrs.window) if attrs.window is not None else 0
+        for k0 in range(kbeg, max(kend, 0), kb):
             k1 = min(kend, k0 + kb)
             s = qf @ kf[:, :, :, k0:k1].swapaxes(-1, -2)
             if attrs.softcap is not None:
@@ -199,8 +223,11 @@ def numpy_attention(q, k, v, mask, attrs):
                     s = np.where(mb, s, -np.inf)
                 else:  # in place: s is this block's own (astype would copy the broadcast)
                     s += mb.astype(np.float32, copy=False)
-            if attrs.causal:
-                ok = np.arange(k0, k1)[None, :] <= np.arange(q0, q1)[:, None] + (skv - sq)
+            pos, j = np.arange(q0, q1)[:, None] + (skv - sq), np.arange(k0, k1)[None, :]
+            if attrs.alibi_slopes is not None:
+                s -= slopes * np.abs(pos - j).astype(np.float32)
+            if bounded:
+                ok = (j <= pos) & (j >= pos - attrs.window if attrs.window is not None else True)
                 s = np.where(ok, s, -np.inf)
             mt = np.maximum(m, s.max(axis=-1, keepdims=True))
             seen = mt > -np.inf
@@ -208,7 +235,7 @@ def numpy_attention(q, k, v, mask, attrs):
             with np.errstate(invalid="ignore", over="ignore"):
                 s -= mt_safe
                 p = np.exp(s, out=s)
-                if k0:  # the first key block starts from nothing: no correction
+                if k0 > kbeg:  # the first key block starts from nothing: no correction
                     corr = np.where(seen, np.exp(m - mt_safe), 1).astype(np.float32)
                     l = l * corr + p.sum(axis=-1, keepdims=True)  # noqa: E741
                     acc = acc * corr + p @ vf[:, :, :, k0:k1]

@@ -55,7 +55,9 @@ def gpu_strategy(attrs, inputs, outputs, target):
                    "double_buffer": True, "conflict_free": True}
         if m is not None and isinstance(sc.n, int):
             default = fill_device(default, m, sc.n, sm_count(target))
-    space = gemm_space(m, target.on_cpu, vector=True, acc_bytes=4, default=default)
+    # a product of few outputs takes a tile shrunk to them (gemm_space's ``output``)
+    small = (m, sc.n) if m is not None and isinstance(sc.n, int) else None
+    space = gemm_space(m, target.on_cpu, vector=True, acc_bytes=4, default=default, output=small)
     bn_s, bk_s = attrs.block_size or (0, 0)
     fixed = dict(x_fmt=x.dtype, w_fmt=w.dtype, x_mode=sc.x_mode, w_mode=sc.w_mode,
                  BN_S=bn_s, BK_S=bk_s, has_bias=len(inputs) == 5,

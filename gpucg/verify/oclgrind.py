@@ -392,7 +392,9 @@ def traffic_line(r: Result) -> str:
     head = f"{r.task.op} [{r.label}] {r.impl or '?'}"
     if r.error:
         return f"{head}: {r.error}"
-    moved = r.loaded + r.stored
-    ratio = f"{moved / r.compulsory:.2f}x" if r.compulsory else "-"
-    return (f"{head}: {r.loaded:,} B loaded + {r.stored:,} B stored = {ratio} the compulsory "
-            f"{r.compulsory:,} B (inputs read once, outputs written once)")
+    from ..op import get_op
+    what = ("the parts of its inputs a call reads" if get_op(r.task.op).compulsory else
+            "inputs read once, outputs written once")
+    return (f"{head}: {r.loaded:,} B loaded + {r.stored:,} B stored = "
+            f"{f'{(r.loaded + r.stored) / r.compulsory:.2f}x' if r.compulsory else '-'} the "
+            f"compulsory {r.compulsory:,} B ({what})")

@@ -63,7 +63,8 @@ def run_task(task: Task, log: Path, counts: Path, offsets: list) -> Result:
                 # reference on valid inputs, is the oracle
                 res.error = mismatch(got, host, tol) and f"{mismatch(got, host, tol)} (against the numpy target)"
         outs = want if isinstance(want, tuple) else (want,)
-        res.compulsory = sum(x.nbytes for x in inputs) + sum(np.asarray(o).nbytes for o in outs)
+        res.compulsory = (op.compulsory(inputs, outs) if op.compulsory is not None else
+                          sum(x.nbytes for x in inputs) + sum(np.asarray(o).nbytes for o in outs))
     except Exception as exc:  # reported per task; the other tasks still run
         res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     res.seconds = time.perf_counter() - t0
