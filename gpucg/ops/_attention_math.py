@@ -75,9 +75,11 @@ def head_constraints(op: str, hq, hkv, slopes, kv: str = "k's and v's") -> list:
     ALiBi slope a query head."""
     from ..op import Constraint
 
-    out = [Constraint(sympy.Eq(sympy.Mod(sympy.sympify(hq), sympy.sympify(hkv)), 0),
-                      f"{op}: q's heads ({{}}) must be a multiple of {kv} heads ({{}}) "
-                      "(grouped-query attention)", (hq, hkv))]
+    out = []
+    if sympy.sympify(hkv) != 0:  # (printed, a remainder by a size 0 at run time is no error)
+        out.append(Constraint(sympy.Eq(sympy.Mod(sympy.sympify(hq), sympy.sympify(hkv)), 0),
+                              f"{op}: q's heads ({{}}) must be a multiple of {kv} heads ({{}}) "
+                              "(grouped-query attention)", (hq, hkv)))
     if slopes is not None:
         out.append(Constraint(sympy.Eq(sympy.sympify(hq), len(slopes)),
                               f"{op}: q has {{}} heads, but alibi_slopes has {len(slopes)} "

@@ -245,9 +245,10 @@ def numpy_attention(q, k, v, mask, attrs):
         with np.errstate(invalid="ignore", divide="ignore"):
             if (l > 0).all():  # every row saw a key: the plain quotient, in place
                 ob, lb = np.divide(acc, l, out=acc), m + np.log(l)
-            else:
-                ob = np.where(l > 0, acc / np.where(l > 0, l, 1), 0)
-                lb = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf)
+            else:  # a row that saw no key: its 0 * v sums (NaN where v is not finite)
+                seen = l != 0  # NaN rows stay NaN
+                ob = np.where(seen, acc / np.where(seen, l, 1), acc)
+                lb = np.where(seen, m + np.log(np.where(seen, l, 1)), -np.inf)
         o[:, :, q0:q1] = ob.reshape(b, hq, q1 - q0, d)
         if attrs.return_lse:
             lse[:, :, q0:q1] = lb.reshape(b, hq, q1 - q0)
