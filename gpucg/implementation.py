@@ -124,6 +124,9 @@ class ImplDecl:
     kernels: Mapping = field(default_factory=dict)
     strided: bool = False
     views: bool = False
+    #: where its results differ from the operator's reference by construction (see
+    #: :func:`with_numerics`); "" where they do not
+    numerics: str = ""
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -171,6 +174,13 @@ def reads_strides(decl: ImplDecl) -> ImplDecl:
     return replace(decl, strided=True)
 
 
+def with_numerics(decl: ImplDecl, text: str) -> ImplDecl:
+    """``decl``, declared to differ from the operator's reference by construction where
+    ``text`` says (Winograd's transforms turn an infinity into NaN, say): explain shows it
+    beside the implementation wherever it may run."""
+    return replace(decl, numerics=text)
+
+
 def view_impl(name: str, run: Callable, strided: bool = False) -> ImplDecl:
     """Declare a view implementation: ``run(ctx)`` returns the output(s) as arrays of the
     target's backend that share memory with the inputs (NumPy views, pyopencl arrays over the
@@ -202,6 +212,7 @@ class Implementation:
             the other where it does not.
         strided: the inputs come as they are, strided views included (else contiguous).
         views: run returns the outputs as views of the inputs, on the backend.
+        numerics: where its results differ from the reference by construction (ImplDecl's).
     """
 
     name: str
@@ -216,6 +227,7 @@ class Implementation:
     needs: Callable | None = None
     strided: bool = False
     views: bool = False
+    numerics: str = ""
 
     def __post_init__(self):
         if not isinstance(self.plevel, int) or isinstance(self.plevel, bool):

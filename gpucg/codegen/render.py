@@ -249,6 +249,16 @@ def _literal(ctx, value, dtype) -> str:
 
 
 @jinja2.pass_context
+def _inf(ctx, dtype) -> str:
+    return literals.inf_of(dtype, ctx["d"])
+
+
+@jinja2.pass_context
+def _nan(ctx, dtype) -> str:
+    return literals.nan_of(dtype, ctx["d"])
+
+
+@jinja2.pass_context
 def _lowest(ctx, dtype) -> str:
     return literals.lowest_of(dtype, ctx["d"])
 
@@ -290,8 +300,8 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
-                       guard=guard, literal=_literal, inf_of=literals.inf_of,
-                       nan_of=literals.nan_of, lowest_of=_lowest, highest_of=_highest,
+                       guard=guard, literal=_literal, inf_of=_inf,
+                       nan_of=_nan, lowest_of=_lowest, highest_of=_highest,
                        swizzle=swizzle)
     env.filters["block"] = block
     from .gemm_core import gemm_core

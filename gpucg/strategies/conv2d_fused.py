@@ -61,8 +61,9 @@ from itertools import product
 
 import numpy as np
 
-from ..implementation import Kernel, kernel_impl
+from ..implementation import Kernel, kernel_impl, with_numerics
 from ..ops.conv2d import pads_for
+from ..ops.conv2d_winograd import NUMERICS
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from .conv2d_call import ConvCall
@@ -293,11 +294,11 @@ def _dynamic(p) -> int:
 def decl(m: int, pre: bool):
     """winograd_fused_{m}x{m}: filters transformed in the kernel, or U given (``pre``)."""
     what = "U loaded" if pre else "the filters transformed there"
-    return kernel_impl(f"winograd_fused_{m}x{m}", _run, fused=Kernel(
+    return with_numerics(kernel_impl(f"winograd_fused_{m}x{m}", _run, fused=Kernel(
         "conv2d/winograd_fused.j2", {"pre": pre}, derive=_strides,
         doc=f"the input region in local memory, V = B^T d B there, {what}, the alpha^2 "
             "products in registers, A^T M A and the epilogue",
-        low_occupancy=_low, dynamic_local=_dynamic, smem_requests=kernel_requests))
+        low_occupancy=_low, dynamic_local=_dynamic, smem_requests=kernel_requests)), NUMERICS)
 
 
 def _low(p) -> str:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from ..implementation import Kernel, kernel_impl
+from ..implementation import Kernel, kernel_impl, with_numerics
+from ..ops.conv2d_winograd import NUMERICS_16
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from . import gemm_mma
@@ -213,7 +214,7 @@ def _winograd_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
            grid=ceil_div(tiles * geo.o, wg), block=wg)
 
 
-WINOGRAD_MMA = kernel_impl(
+WINOGRAD_MMA = with_numerics(kernel_impl(
     "winograd_mma", _winograd_run,
     weight=Kernel("conv2d/winograd_weight.j2", doc="the weight transform G g G^T, stored for "
                   "the tensor cores"),
@@ -223,7 +224,7 @@ WINOGRAD_MMA = kernel_impl(
                 "cores (gemm/_mma.j2)", low_occupancy=gemm_mma.low_occupancy,
                 dynamic_local=gemm_mma.dynamic_bytes, smem_requests=gemm_mma.kernel_requests),
     output=Kernel("conv2d/winograd_output.j2",
-                  doc="the output transform A^T M A, bias, activation, store"))
+                  doc="the output transform A^T M A, bias, activation, store")), NUMERICS_16)
 
 #: its CUDA plevel: above the SIMT Winograd kernels, below direct_mma (an implicit GEMM on
 #: tensor cores skips the transforms' memory traffic, which dominates once the products are fast)
