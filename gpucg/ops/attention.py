@@ -39,7 +39,8 @@ from ..op import (Case, Constraint, KernelInfo, OpPattern, added_attr, register_
                   register_op)
 from ..shape import TensorType, var
 from ._attention_grad import attention_gradient
-from ._attention_math import attend64, check_slopes, slopes_attr, window_attr
+from ._attention_math import (attend64, check_slopes, head_constraints, slopes_attr,
+                              window_attr)
 from .dense import tf32_attr
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -147,15 +148,8 @@ def _constraints(inputs, attrs):
                       "k and v head where q has heads (q's without heads give empty outputs)",
                       (k[1], q[1])),
            Constraint(sympy.sympify(q[3]) >= 1, "attention: the head dim D is {}; allowed: "
-                      "D >= 1 (q, k and v rows of at least one element)", (q[3],))]
-    if sympy.sympify(k[1]) != 0:  # (printed, a remainder by a size 0 at run time is no error)
-        out.append(Constraint(eq(sympy.Mod(sympy.sympify(q[1]), sympy.sympify(k[1])), 0),
-                              "attention: q's heads ({}) must be a multiple of k's and v's "
-                              "heads ({}) (grouped-query attention)", (q[1], k[1])))
-    if attrs.alibi_slopes is not None:
-        n = len(attrs.alibi_slopes)
-        out.append(Constraint(eq(q[1], n), f"attention: q has {{}} heads, but alibi_slopes has "
-                              f"{n} values (one a query head)", (q[1],)))
+                      "D >= 1 (q, k and v rows of at least one element)", (q[3],)),
+           *head_constraints("attention", q[1], k[1], attrs.alibi_slopes)]
     if len(inputs) == 4:
         full = (q[0], q[1], q[2], k[2])
         mshape = inputs[3].shape

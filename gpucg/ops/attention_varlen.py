@@ -18,11 +18,11 @@ import numpy as np
 import sympy
 
 from ..eager import call
-from ..errors import DTypeError, InputError, require_bool
+from ..errors import DTypeError, require_bool
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, var
 from ._attention_math import (attend64, check_cu_seqlens, check_slopes, default_scale,
-                              slopes_attr, window_attr)
+                              head_constraints, need, slopes_attr, window_attr)
 from .attention import DTYPES, _opt_float
 
 CU_DTYPES = ("int32",)
@@ -51,19 +51,9 @@ class AttentionVarlenAttrs:
 def _type_rel(inputs, attrs):
     q, k, v, cq, ck = inputs
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim != 3:
-            raise InputError(f"attention_varlen: {name} has rank {t.ndim} (shape {t.shape}); it "
-                             "must be 3-D, (total rows, heads, D)")
-        if t.dtype not in DTYPES:
-            raise DTypeError(f"attention_varlen: {name} dtype {t.dtype!r} is not supported; "
-                             f"allowed: {', '.join(DTYPES)}")
-        if t.dtype != q.dtype:
-            raise DTypeError(f"attention_varlen: {name} dtype {t.dtype} must equal q's "
-                             f"({q.dtype})")
+        need("attention_varlen", name, t, 3, DTYPES, "(total rows, heads, D)", ("q", q.dtype))
     for name, t in (("cu_seqlens_q", cq), ("cu_seqlens_k", ck)):
-        if t.ndim != 1 or t.dtype not in CU_DTYPES:
-            raise DTypeError(f"attention_varlen: {name} is {t.dtype} of rank {t.ndim}; it must "
-                             "be 1-D int32, (B + 1,) cumulative lengths")
+        need("attention_varlen", name, t, 1, CU_DTYPES, "(B + 1,) cumulative lengths")
     check_slopes(attrs.alibi_slopes, q.shape[1], "attention_varlen")
     return TensorType(q.shape, q.dtype)
 
@@ -77,17 +67,11 @@ def _constraints(inputs, attrs):
                       (v[i], k[i])) for i, what in enumerate(("rows", "heads", "head dims"))]
     out += [Constraint(eq(k[2], q[2]), "attention_varlen: k has head dim {}, but q has {}",
                        (k[2], q[2])),
-            Constraint(eq(sympy.Mod(sympy.sympify(q[1]), sympy.sympify(k[1])), 0),
-                       "attention_varlen: q's heads ({}) must be a multiple of k's and v's "
-                       "heads ({}) (grouped-query attention)", (q[1], k[1])),
+            *head_constraints("attention_varlen", q[1], k[1], attrs.alibi_slopes),
             Constraint(eq(ck[0], cq[0]), "attention_varlen: cu_seqlens_k has {} entries, but "
                        "cu_seqlens_q has {}", (ck[0], cq[0])),
             Constraint(sympy.Ge(sympy.sympify(cq[0]), 1), "attention_varlen: cu_seqlens_q has "
                        "{} entries; it needs B + 1 >= 1", (cq[0],))]
-    if attrs.alibi_slopes is not None:
-        n = len(attrs.alibi_slopes)
-        out.append(Constraint(eq(q[1], n), f"attention_varlen: q has {{}} heads, but "
-                              f"alibi_slopes has {n} values (one a query head)", (q[1],)))
     return out
 
 

@@ -276,10 +276,13 @@ def _host_run(ctx):
 NUMPY_ATTENTION = host_impl("numpy_attention", _host_run)
 
 
-def host_strategy(attrs, inputs, outputs, target):
-    s = Strategy(target)
-    s.add(NUMPY_ATTENTION, 10)
-    return s
+def host_only(impl):
+    """The host target's strategy of the attention operators: their one NumPy implementation."""
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy(target)
+        s.add(impl, 10)
+        return s
+    return strategy
 
 
-STRATEGIES = {"attention": {"gpu": gpu_strategy, "cpu": host_strategy}}
+STRATEGIES = {"attention": {"gpu": gpu_strategy, "cpu": host_only(NUMPY_ATTENTION)}}

@@ -23,7 +23,8 @@ from ..ops.attention_varlen import check
 from ..runtime.base import ceil_div
 from ..strategy import Strategy
 from ..half import half_format
-from .attention import SIMT_D_MAX, _space, numpy_attention, _spills, _low_occupancy
+from .attention import (SIMT_D_MAX, _low_occupancy, _space, _spills, host_only,
+                        numpy_attention)
 from .attention_decode import slopes_on
 
 
@@ -90,10 +91,4 @@ def _host_run(ctx):
 NUMPY_VARLEN = host_impl("numpy_varlen", _host_run)
 
 
-def host_strategy(attrs, inputs, outputs, target):
-    s = Strategy(target)
-    s.add(NUMPY_VARLEN, 10)
-    return s
-
-
-STRATEGIES = {"attention_varlen": {"gpu": gpu_strategy, "cpu": host_strategy}}
+STRATEGIES = {"attention_varlen": {"gpu": gpu_strategy, "cpu": host_only(NUMPY_VARLEN)}}
