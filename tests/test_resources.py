@@ -155,7 +155,8 @@ HOST = gpucg.host_impl("probe_host", lambda ctx: np.cumsum(ctx.inputs[0], axis=-
 def _gpu(attrs, inputs, outputs, target):
     s = gpucg.Strategy(target)
     s.add(PROBE, 10, space=ConfigSpace({"wg": (256, 1024), "items": (8,)}, {"wg": 256, "items": 8}),
-          fixed=dict(in_dtype="float64", out_dtype="float64", combine="sum", exclusive=False))
+          fixed=dict(in_dtype="float64", out_dtype="float64", acc_dtype="float64", combine="sum",
+                     exclusive=False))
     return s
 
 
