@@ -131,15 +131,16 @@ def test_tensor_core_gemm_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, attr
 
 
 #: (op, input shapes, attrs, impl, {kernel: most BAR}): the row reductions meet by warp
-#: shuffles and one exchange of the warps' results (two barriers a block reduction; layer_norm
-#: reduces twice, the mean and the pair); "a warp a row" needs no block barrier at all
+#: shuffles and one exchange of the warps' results (two barriers a block reduction; softmax
+#: reduces twice, its maximum and then the sum about it, layer_norm three times, the mean
+#: first); "a warp a row" needs no block barrier at all
 _SHUFFLED = [
     ("sum", [(4096, 4096)], {"axis": -1}, "reduce_group", {"main": 2}),
     ("argmax", [(4096, 4096)], {"axis": -1}, "reduce_group", {"main": 2}),
-    ("softmax", [(4096, 4096)], {}, "norm_group", {"main": 2}),
+    ("softmax", [(4096, 4096)], {}, "norm_group", {"main": 4}),
     ("softmax", [(4096, 128)], {}, "norm_warp", {"main": 0}),
     ("log_softmax", [(4096, 4096)], {}, "norm_blocks", {"main": 2}),
-    ("layer_norm", [(4096, 4096), (4096,), (4096,)], {}, "norm_group", {"main": 4}),
+    ("layer_norm", [(4096, 4096), (4096,), (4096,)], {}, "norm_group", {"main": 6}),
     ("rms_norm", [(4096, 128), (128,)], {}, "norm_warp", {"main": 0}),
     # gemv: its 128 slices of K a column (the CUDA default), 32 a warp by shuffles, then the
     # four warps' sums through shared memory: one barrier
@@ -444,13 +445,14 @@ def test_column_reductions_load_128_bits(sass_or_skip, arch, op, shape, dtype, a
 
 #: norm_split's gathered kernels (issue 19) as the dispatcher picks them for few long rows:
 #: (op, gamma and beta, {kernel: most BAR}, whether pairs stores y). pairs: the chunk's
-#: statistics by shuffles (layer_norm: the mean, then the pair), the last-arrival flag's
-#: broadcast, the last group's combining of the row's (softmax's then maps its own chunk);
-#: apply: the row's statistics broadcast (read again, a second barrier, for row_loop rows)
-_SPLIT = [("softmax", 0, {"pairs": 5, "apply": 1}, True),
-          ("log_softmax", 0, {"pairs": 5, "apply": 1}, True),
-          ("rms_norm", 1, {"pairs": 5, "apply": 2}, False),
-          ("layer_norm", 2, {"pairs": 9, "apply": 2}, False)]
+#: statistics by shuffles (a held chunk: its maximum meets, then its sum; layer_norm: the
+#: shifted sum, the maximum, the squares' sum), the last-arrival flag's broadcast, the last
+#: group's combining of the row's (softmax's then maps its own chunk); apply: the row's
+#: statistics broadcast (read again, a second barrier, for row_loop rows)
+_SPLIT = [("softmax", 0, {"pairs": 7, "apply": 1}, True),
+          ("log_softmax", 0, {"pairs": 7, "apply": 1}, True),
+          ("rms_norm", 1, {"pairs": 7, "apply": 2}, False),
+          ("layer_norm", 2, {"pairs": 12, "apply": 2}, False)]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

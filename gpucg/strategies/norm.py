@@ -18,7 +18,7 @@ GPU implementations, by plevel (conditions on the symbolic sizes, checked at run
   norm_group   inner == 1 and n <= 4096: a work-group a row, held in registers (read once).
   norm_blocks  inner == 1: a work-group a row, read again for each pass (in blocks).
   norm_cols    any inner: one work-item a column of a non-last axis (neighbours coalesced);
-               on GPUs layer_norm's statistics in one pass (Welford) and gamma and beta staged
+               on GPUs layer_norm's statistics in one pass (shifted sums) and gamma and beta staged
                in local memory a tile at a time: x read twice, 1.5x the compulsory bytes.
 rms_norm with a residual runs on norm_warp, norm_group and norm_blocks: the pass that first
 reads a row reads x and the residual, rounds their sum to the storage dtype (as vLLM), stores
