@@ -40,7 +40,6 @@ def _exhaustive(request) -> bool:
 
 
 def _compiled(module, target, **options):
-    torch._dynamo.reset()
     gpucg.torch.reset()
     return torch.compile(module, backend="gpucg", dynamic=True,
                          options={"target": target, **options})

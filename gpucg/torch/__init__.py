@@ -44,8 +44,11 @@ def _dynamo() -> dict:
 
 
 def reset() -> None:
-    """Forget the graphs compiled so far, and count dynamo's compiles from here (call
-    torch._dynamo.reset() too to make dynamo compile again)."""
+    """Forget the graphs compiled so far, gpucg's and dynamo's (torch._dynamo.reset(): the
+    next call of a compiled model compiles again), and count compiles from here."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
     GRAPHS.clear()
     _BASE.update(_dynamo())
 
