@@ -1,6 +1,7 @@
 """The NumPy target's conv2d paths (gpucg/strategies/conv2d_host.py) against a float64
-shift-and-accumulate reference: depthwise by contiguous runs (stride 1, dilation, asymmetric
-padding, a plane narrower than the kernel's reach), depthwise strided, depthwise with a channel
+shift-and-accumulate reference: depthwise channels last by stride phases (strides 1-3,
+asymmetric padding, padding beyond the plane, a plane narrower than the kernel's reach) and by
+contiguous runs of NCHW planes (a large 3x3 plane, dilation), depthwise with a channel
 multiplier, the 1x1 GEMM path, with the epilogue (bias, activation, residual), special values,
 an empty batch."""
 
@@ -40,6 +41,12 @@ CASES = [  # (n, c, h, w), (o, i, kh, kw), strides, padding, dilation, groups
     ((1, 3, 4, 4), (6, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
     ((3, 7, 5, 6), (4, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     ((0, 4, 5, 5), (4, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4),
+    # channels last by stride phases: stride 3 x 2 with asymmetric padding, a 1x1 kernel
+    # under a stride above it, padding beyond the plane; a 56x56 3x3 plane stays in NCHW
+    ((2, 3, 13, 11), (3, 1, 5, 5), (3, 2), (2, 0, 1, 3), (1, 1), 3),
+    ((1, 4, 9, 9), (4, 1, 1, 1), (3, 3), (0, 0, 0, 0), (1, 1), 4),
+    ((1, 2, 2, 3), (2, 1, 3, 3), (2, 2), (3, 3, 3, 3), (1, 1), 2),
+    ((1, 2, 56, 56), (2, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
 ]
 
 
