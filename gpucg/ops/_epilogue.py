@@ -100,6 +100,22 @@ def activate(y: np.ndarray, activation) -> np.ndarray:
     return y if tree is None else _expr.evaluate(tree, [y])
 
 
+#: elements of one block of :func:`activate_in_place` (its temporaries stay in cache)
+ACTIVATE_BLOCK = 1 << 15
+
+
+def activate_in_place(y: np.ndarray, activation) -> np.ndarray:
+    """:func:`activate` on a writeable contiguous float array, written over it a block at a
+    time: the operator's own values, with temporaries of a block's size (the whole-array
+    form allocates several arrays of y's size, each a fresh run of pages to fault in)."""
+    tree = activation_tree(activation, y.dtype.name)
+    flat = y.reshape(-1)
+    for i in range(0, flat.size, ACTIVATE_BLOCK):
+        block = flat[i:i + ACTIVATE_BLOCK]
+        block[...] = _expr.evaluate(tree, [block])
+    return y
+
+
 def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
     """The epilogue on a float result ``y`` (modified in place where possible); ``bias``
     already broadcasts against ``y``, as does ``residual``."""
@@ -119,6 +135,8 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
     elif attrs.activation == "gelu" and y.dtype == np.float32 and y.flags.writeable and \
             y.flags.c_contiguous:  # in place: the operator's own float32 gelu
         _unary.gelu_in_place(y)
+    elif attrs.activation is not None and y.flags.writeable and y.flags.c_contiguous:
+        activate_in_place(y, attrs.activation)
     else:
         y = activate(y, attrs.activation)
     if scaled is not None and attrs.residual_position == "after":

@@ -221,7 +221,7 @@ TABLE.update({
 #: the epilogue activations of conv2d and the GEMM family: name -> (operator, attributes)
 ACTIVATIONS = {"relu": ("relu", {}), "gelu": ("gelu", {"approximate": "none"}),
                "gelu_tanh": ("gelu", {"approximate": "tanh"}), "sigmoid": ("sigmoid", {}),
-               "tanh": ("tanh", {})}
+               "tanh": ("tanh", {}), "silu": ("silu", {}), "hardswish": ("hardswish", {})}
 
 
 def derivative(op: str, attrs: dict) -> str:

@@ -270,10 +270,55 @@ def sum_to_gpu(attrs, inputs, outputs, target):
 
 HOST = host_impl("numpy_elementwise", lambda ctx: get_op(ctx.info).reference(*ctx.inputs,
                                                                               ctx.attrs))
+#: output elements of one block of an elementwise operator on the host: a chain of NumPy
+#: passes over a block stays in cache, where whole arrays go to memory (and fault in fresh
+#: pages) once a pass (SiLU: 1.6x faster in 32K blocks)
+HOST_BLOCK = 1 << 15
+
+
+def host_blocks(shape, limit: int):
+    """Index tuples cutting an array of ``shape`` into blocks of at most ``limit`` elements
+    (or one innermost row): ints over the outer axes, a slice of one axis, the rest whole."""
+    k, inner = len(shape), 1
+    while k and inner * shape[k - 1] <= limit:
+        k -= 1
+        inner *= shape[k]
+    if not k:
+        yield ()
+        return
+    step = max(1, limit // inner)
+    for outer in np.ndindex(*shape[:k - 1]):
+        for s in range(0, shape[k - 1], step):
+            yield outer + (slice(s, s + step),)
+
+
+def _part(a, index: tuple, ndim: int):
+    """Input ``a``'s part under output block ``index`` (NumPy broadcasting: a size-1 axis is
+    read whole, missing leading axes are skipped)."""
+    lead = ndim - np.ndim(a)
+    if lead == ndim:
+        return a
+    return a[tuple(ix if a.shape[axis - lead] != 1 else 0 if isinstance(ix, int) else
+                   slice(None) for axis, ix in enumerate(index) if axis >= lead)]
+
+
+def _host_blocked(ctx):
+    """The operator's NumPy form (its reference) block by block over the output."""
+    reference = get_op(ctx.info).reference
+    shape = ctx.out_shapes[0]
+    if int(np.prod(shape)) < 2 * HOST_BLOCK:
+        return reference(*ctx.inputs, ctx.attrs)
+    out = ctx.outputs[0]
+    for index in host_blocks(shape, HOST_BLOCK):
+        out[index] = reference(*(_part(a, index, len(shape)) for a in ctx.inputs), ctx.attrs)
+    return out
+
+
+HOST_BLOCKED = host_impl("numpy_elementwise", _host_blocked)
 
 
 def host(op: str):
-    return only(HOST, info=op)
+    return only(HOST_BLOCKED if op in _OPS else HOST, info=op)
 
 
 _MOVES = ("reshape", "broadcast_to", "transpose", "flip")
