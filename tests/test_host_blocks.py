@@ -35,7 +35,7 @@ def _data(shape, rng):
 def test_blocked_elementwise_equals_whole_arrays(monkeypatch, shapes, block):
     rng = np.random.default_rng(len(shapes[0]) + block)
     a, b = (_data(s, rng) for s in shapes)
-    expr = "add(multiply(silu(x0), x1), hardswish(divide(x0, x1)))"
+    expr = "add(multiply(silu(x0), x1), hardswish(divide(x0, x1)))"  # computes: in blocks
     op = gpucg.get_op("fused")
     want = op.reference(a, b, op.make_attrs(expr=expr))
     monkeypatch.setattr(elementwise, "HOST_BLOCK", block)

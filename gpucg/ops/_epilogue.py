@@ -13,6 +13,7 @@ activation is the elementwise operator of that name (gpucg/ops/_unary.py), appli
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -96,23 +97,28 @@ def activation_tree(activation, dtype: str):
 
 def activate(y: np.ndarray, activation) -> np.ndarray:
     """The activation on a float array, as the elementwise operator of that name computes it."""
-    tree = activation_tree(activation, y.dtype.name)
-    return y if tree is None else _expr.evaluate(tree, [y])
+    return y if activation is None else _activation_function(activation, y.dtype.name)([y])
+
+
+@functools.lru_cache(maxsize=None)
+def _activation_function(activation, dtype: str):
+    """The activation's NumPy function (typed once per dtype: a call's epilogue reuses it)."""
+    return _expr.numpy_function(activation_tree(activation, dtype))
 
 
 #: elements of one block of :func:`activate_in_place` (its temporaries stay in cache)
-ACTIVATE_BLOCK = 1 << 15
+ACTIVATE_BLOCK = 1 << 16
 
 
 def activate_in_place(y: np.ndarray, activation) -> np.ndarray:
     """:func:`activate` on a writeable contiguous float array, written over it a block at a
     time: the operator's own values, with temporaries of a block's size (the whole-array
     form allocates several arrays of y's size, each a fresh run of pages to fault in)."""
-    tree = activation_tree(activation, y.dtype.name)
+    fn = _activation_function(activation, y.dtype.name)
     flat = y.reshape(-1)
     for i in range(0, flat.size, ACTIVATE_BLOCK):
         block = flat[i:i + ACTIVATE_BLOCK]
-        block[...] = _expr.evaluate(tree, [block])
+        block[...] = fn([block])
     return y
 
 

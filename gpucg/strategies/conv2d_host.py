@@ -4,15 +4,17 @@ that touches memory least, in blocks that stay in cache.
 - 1x1, stride 1, one group (the pointwise layers of MobileNets, EfficientNets, ResNet's
   bottlenecks): one (o x c) @ (c x h*w) GEMM per image, straight from the input into the
   output; no padding, no im2col copy.
-- depthwise (one input channel a group, one output a channel), channels last: the padded
-  input split into its stride phases (stride 2: four, each a plain stride-1 grid) in NHWC, then
-  every tap of a phase in one ``np.einsum`` over a few output rows at a time (multiply and sum
-  in one pass, inner runs of a whole row of channels), the result transposed back. 2-3.5x the
-  per-tap passes below on MobileNet/EfficientNet/ConvNeXt layers (measured: benchmarks/results/
-  *depthwise*). Large planes with small kernels at stride 1 (56x56 and up, 3x3), where the
-  two transposes cost more than they save, and dilated kernels keep the NCHW path: a
-  multiply-add per tap over a block of channels of one image, each tap one contiguous run of
-  the padded plane, through one scratch buffer (the output block stays in cache).
+- depthwise (one input channel a group, one output a channel): the padded input split into
+  its stride phases (stride 2: four, each a plain stride-1 grid), so that every tap is a
+  contiguous run. Channels last (NHWC phases), every tap of a phase is one ``np.einsum`` over
+  a few output rows at a time (multiply and sum in one pass, inner runs of a whole row of
+  channels), the result transposed back: 2-3.5x the per-tap passes on MobileNet, EfficientNet
+  and ConvNeXt layers (benchmarks/results/*depthwise*). Large planes with small kernels
+  (56x56 and up, 3x3), where the transposes cost more than they save, and dilated kernels
+  stay NCHW: a multiply-add per tap over a block of channels of one image, through one
+  scratch buffer (the output block stays in cache).
+- few taps a column (a stem's 3x3 over 3 channels, a 4x4 patchify): im2col by runs, each
+  tap's columns one contiguous run of its stride phase, then a GEMM a group per image.
 - the rest: im2col by a strided window view, one matmul per group.
 The bias, activation and residual then run in the epilogue (gpucg.ops.conv2d.epilogue).
 """
@@ -23,6 +25,7 @@ import numpy as np
 
 from ..ops.conv2d import epilogue, from_nchw, host_view, to_nchw
 
+
 def acc_dtype(dtype) -> np.dtype:
     """float32 sums for float16, bfloat16 and float32 data, float64 for float64."""
     return np.dtype(np.float32) if np.dtype(dtype).itemsize <= 4 else np.dtype(dtype)
@@ -32,98 +35,111 @@ def acc_dtype(dtype) -> np.dtype:
 IM2COL_BYTES = 8 << 20
 #: the output bytes of one depthwise block (a few channels, or rows, of one image): L2-sized
 DEPTHWISE_BYTES = 128 << 10
-#: a depthwise 3x3 at stride 1 whose padded output plane has this many elements (56x56) stays
-#: in NCHW: its taps are long runs already, and the transposes would cost more than they save
-PLANE_RUN = 56 * 58
+#: a depthwise kernel of at most 3x3 whose output plane (padded to the phase width) has this
+#: many elements (56x56 and up) stays in NCHW: its taps are long runs already, and the
+#: transposes to channels last would cost more than they save (measured at MobileNet and
+#: EfficientNet layers: 0.75-0.9x the channels-last time there, 1.5-3x below)
+PLANE_RUN = 56 * 56
+#: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
+#: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
+#: runs; with more taps the GEMM dominates and both copies cost alike
+RUNS_K = 64
 
 
 def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndarray:
     """conv2d on the host (see the module docstring for the paths)."""
     acc = acc_dtype(data.dtype)
-    x, w, (pt, pl, pb, pr), oh, ow = host_view(data, weight, attrs, acc)
+    x, w, pads, oh, ow = host_view(data, weight, attrs, acc)
     n, c, h, wd = x.shape
     o, i, kh, kw = w.shape
-    g = attrs.groups
-    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
-    res = None if residual is None else to_nchw(residual, attrs.data_layout)
+    g, strides, dilation = attrs.groups, attrs.strides, attrs.dilation
+    (sh, sw), (dh, dw) = strides, dilation
     if i == 1 and g > 1 and o == g:
-        planes = dh != 1 or dw != 1 or (sh == sw == 1 and kh * kw <= 9 and
-                                        oh * (ow + kw - 1) >= PLANE_RUN)
+        planes = dh != 1 or dw != 1 or (kh * kw <= 9 and
+                                        oh * (ow + (kw - 1) // sw) >= PLANE_RUN)
         y = (_depthwise if planes else _depthwise_channels_last)(
-            x, w, (pt, pl, pb, pr), oh, ow, (sh, sw), (dh, dw), acc)
-        return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs),
-                         attrs.data_layout)
-    if pt or pl or pb or pr:
-        xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
-        xp[:, :, pt:pt + h, pl:pl + wd] = x
-    else:
-        xp = x
-    if kh == kw == 1 and sh == sw == 1 and g == 1 and not (pt or pl or pb or pr):
+            x, w, pads, oh, ow, strides, dilation, acc)
+    elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads):
         y = np.empty((n, o, oh, ow), acc)
         np.matmul(w.reshape(o, c), np.ascontiguousarray(x).reshape(n, c, h * wd),
                   out=y.reshape(n, o, oh * ow))
     elif i == 1 and g > 1:
-        y = _depthwise_multiplier(xp, w, n, c, oh, ow, (sh, sw), (dh, dw), acc)
+        y = _depthwise_multiplier(_padded(x, pads, acc), w, n, c, oh, ow, strides, dilation,
+                                  acc)
+    elif i * kh * kw <= RUNS_K and (kw - 1) * dw // sw <= ow // 8:
+        y = _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc)
     else:
-        y = _im2col(xp, w, n, g, oh, ow, (sh, sw), (dh, dw), acc)
+        y = _im2col(_padded(x, pads, acc), w, n, g, oh, ow, strides, dilation, acc)
+    res = None if residual is None else to_nchw(residual, attrs.data_layout)
     return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs),
                      attrs.data_layout)
 
 
-def _depthwise(x, w, pads, oh, ow, strides, dilation, acc):
-    """Depthwise by taps over blocks of channels. Stride 1 reads each tap as one contiguous
-    run of the padded plane (rows computed across the padded width, the extra columns dropped
-    at the end): long rows, where a strided tap of a 14x14 plane is 14-element rows."""
-    (sh, sw), (dh, dw) = strides, dilation
-    n, c, h, wd = x.shape
-    kh, kw = w.shape[2:]
+def _padded(x, pads, acc):
+    """x with zeros around its planes (top, left, bottom, right)."""
     pt, pl, pb, pr = pads
-    hp, wp = h + pt + pb, wd + pl + pr
-    flat = sh == sw == 1
-    rows = wp if flat else ow  # the width the block computes
-    xp = np.zeros((n, c, hp + flat, wp), acc)  # one more row: the last tap's run ends there
+    if not any(pads):
+        return x
+    n, c, h, wd = x.shape
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
     xp[:, :, pt:pt + h, pl:pl + wd] = x
+    return xp
+
+
+def _depthwise(x, w, pads, oh, ow, strides, dilation, acc):
+    """Depthwise by taps over blocks of channels, NCHW: each tap one contiguous run of its
+    stride phase's padded plane (see :func:`_phases`; rows computed across the phase's padded
+    width, the extra columns dropped at the end): long runs, where a strided tap of a 14x14
+    plane is 14-element rows. Dilation moves a tap's phase and offset."""
+    (sh, sw), (dh, dw) = strides, dilation
+    n, c = x.shape[:2]
+    kh, kw = w.shape[2:]
+    ph, pw = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    taps = _taps(kh, kw, pw, strides, dilation)
+    phase = _phases(x, pads, ph, pw, strides, acc, False, {t[:2] for t in taps})
+    plane = (ph + 1) * pw
     y = np.empty((n, c, oh, ow), acc)
-    block = max(1, min(c, DEPTHWISE_BYTES // max(1, acc.itemsize * oh * rows)))
-    out = np.empty((block, oh, rows), acc)
-    scratch = np.empty((block, oh, rows), acc)
+    block = max(1, min(c, DEPTHWISE_BYTES // max(1, acc.itemsize * oh * pw)))
+    out = np.empty((block, oh, pw), acc)
+    scratch = np.empty((block, oh, pw), acc)
     wt = w.reshape(c, kh, kw)
     for b in range(n):
         for c0 in range(0, c, block):
             c1 = min(c, c0 + block)
             yb, tmp = out[:c1 - c0], scratch[:c1 - c0]
-            plane = xp[b, c0:c1].reshape(c1 - c0, -1)
-            for r in range(kh):
-                for q in range(kw):
-                    if flat:
-                        start = r * dh * wp + q * dw
-                        tap = plane[:, start:start + oh * wp].reshape(c1 - c0, oh, wp)
-                    else:
-                        tap = xp[b, c0:c1, r * dh: r * dh + (oh - 1) * sh + 1: sh,
-                                 q * dw: q * dw + (ow - 1) * sw + 1: sw]
-                    k = wt[c0:c1, r, q, None, None]
-                    if r == q == 0:
-                        np.multiply(tap, k, out=yb)
-                    else:
-                        np.multiply(tap, k, out=tmp)
-                        yb += tmp
+            for t, (a, e, start, r, q) in enumerate(taps):
+                run = phase[a, e, b, c0:c1].reshape(c1 - c0, plane)
+                tap = run[:, start:start + oh * pw].reshape(c1 - c0, oh, pw)
+                k = wt[c0:c1, r, q, None, None]
+                if t == 0:
+                    np.multiply(tap, k, out=yb)
+                else:
+                    np.multiply(tap, k, out=tmp)
+                    yb += tmp
             y[b, c0:c1] = yb[:, :, :ow]
     return y
 
 
-def _phases(x, pads, ph, pw, strides, acc):
-    """The zero-padded input split by the stride into phases, channels last: phase (a, b)
-    of shape (n, ph + 1, pw, c) holds padded rows a, a + sh, ... and columns b, b + sw, ...
-    (one more zero row: a flat run of the last tap ends in it)."""
+def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
+    """The zero-padded input split by the stride into phases: phase (a, b) holds padded rows
+    a, a + sh, ... and columns b, b + sw, ... (stride 1: the padded input itself), with one
+    more zero row (a flat run of the last tap ends in it); (n, c, ph + 1, pw) each, or
+    (n, ph + 1, pw, c) ``channels_last``. Only the phases in ``used`` (None: all) are filled."""
     n, c, h, wd = x.shape
     (sh, sw), (pt, pl) = strides, pads[:2]
-    out = np.zeros((sh, sw, n, ph + 1, pw, c), acc)
+    out = np.zeros((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
     for a in range(sh):
         for b in range(sw):
+            if used is not None and (a, b) not in used:
+                continue
             i0, j0 = max(0, -((a - pt) // sh)), max(0, -((b - pl) // sw))  # first in x
             r0, c0 = a + i0 * sh - pt, b + j0 * sw - pl
             src = x[:, :, r0::sh, c0::sw][:, :, :max(0, ph - i0), :max(0, pw - j0)]
-            out[a, b, :, i0:i0 + src.shape[2], j0:j0 + src.shape[3]] = src.transpose(0, 2, 3, 1)
+            hi, wi = src.shape[2:]
+            if channels_last:
+                out[a, b, :, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
+            else:
+                out[a, b, :, :, i0:i0 + hi, j0:j0 + wi] = src
     return out
 
 
@@ -140,7 +156,7 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
     y = np.empty((n, oh, pw, c), acc)
     if y.size == 0:
         return np.zeros((n, c, oh, ow), acc)
-    phase = _phases(x, pads, ph, pw, strides, acc)
+    phase = _phases(x, pads, ph, pw, strides, acc, channels_last=True)
     it, run = acc.itemsize, pw * c
     taps = []  # (a, b, the phase's taps' weights (kr, kq, run))
     for a in range(min(sh, kh)):
@@ -177,6 +193,39 @@ def _depthwise_multiplier(xp, w, n, c, oh, ow, strides, dilation, acc):
                      q * dw: q * dw + (ow - 1) * sw + 1: sw]
             y += tap[:, :, None] * wd_[None, :, :, r, q, None, None]
     return y.reshape(n, o, oh, ow)
+
+
+def _taps(kh, kw, pw, strides, dilation) -> list:
+    """(phase row, phase column, offset of its run in the phase plane, r, q) of each tap."""
+    (sh, sw), (dh, dw) = strides, dilation
+    return [(r * dh % sh, q * dw % sw, r * dh // sh * pw + q * dw // sw, r, q)
+            for r in range(kh) for q in range(kw)]
+
+
+def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
+    """im2col by runs: each tap's columns for every channel are one contiguous run of its
+    stride phase's plane (see :func:`_phases`), copied whole into the (c*kh*kw, oh*pw)
+    matrix of one image; one (o/g x K) @ (K x oh*pw) GEMM a group, whose pw - ow extra
+    columns a row are dropped as the result is stored. The window view's copy it replaces
+    gathers the columns element by element (strided at stride 2)."""
+    n, c = x.shape[:2]
+    o, i, kh, kw = w.shape
+    g = c // i
+    (sh, sw), (dh, dw) = strides, dilation
+    ph, pw = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    taps = _taps(kh, kw, pw, strides, dilation)
+    phase = _phases(x, pads, ph, pw, strides, acc, False, {t[:2] for t in taps})
+    run, plane = oh * pw, (ph + 1) * pw
+    wm = w.reshape(g, o // g, i * kh * kw)
+    y = np.empty((n, o, oh, ow), acc)
+    cols = np.empty((c, kh, kw, run), acc)
+    wide = np.empty((g, o // g, run), acc)
+    for b in range(n):
+        for a, e, start, r, q in taps:
+            cols[:, r, q] = phase[a, e, b].reshape(c, plane)[:, start:start + run]
+        np.matmul(wm, cols.reshape(g, i * kh * kw, run), out=wide)
+        y[b] = wide.reshape(o, oh, pw)[:, :, :ow]
+    return y
 
 
 def _im2col(xp, w, n, g, oh, ow, strides, dilation, acc):
