@@ -82,3 +82,13 @@ def test_depthwise_special_values_stay_in_their_windows():
     np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(y), np.isinf(want))
     assert np.isnan(y[0, 0]).sum() == 4 and np.isinf(y[0, 1]).sum() == 4
+
+
+def test_depthwise_weights_read_per_channel_equal_tiled(monkeypatch):
+    """Many channels: the channels-last depthwise reads its weights per channel instead of
+    tiled along a row; the same sums."""
+    from gpucg.strategies import conv2d_host
+
+    monkeypatch.setattr(conv2d_host, "TILED_BYTES", 0)
+    for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[7:10]:
+        test_host_paths_equal_the_reference(xs, ws, strides, padding, dilation, groups)

@@ -40,6 +40,10 @@ DEPTHWISE_BYTES = 128 << 10
 #: transposes to channels last would cost more than they save (measured at MobileNet and
 #: EfficientNet layers: 0.75-0.9x the channels-last time there, 1.5-3x below)
 PLANE_RUN = 56 * 56
+#: the most bytes of depthwise weights tiled along a row of channels (see
+#: _depthwise_channels_last; measured: tiled faster up to 240 channels of 5x5 at 28x28, read
+#: per channel faster from 576 channels at 7x7)
+TILED_BYTES = 1 << 20
 #: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
 #: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
 #: runs; with more taps the GEMM dominates and both copies cost alike
@@ -158,12 +162,16 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
         return np.zeros((n, c, oh, ow), acc)
     phase = _phases(x, pads, ph, pw, strides, acc, channels_last=True)
     it, run = acc.itemsize, pw * c
-    taps = []  # (a, b, the phase's taps' weights (kr, kq, run))
+    # the weights tiled along a row (one inner run of pw * c) while they stay in cache; beyond
+    # (many channels), read per channel (inner runs of c) rather than streamed from memory
+    tiled = kh * kw * run * it <= TILED_BYTES
+    taps = []  # (a, b, the phase's taps' weights: (kr, kq, run) tiled, else (kr, kq, c))
     for a in range(min(sh, kh)):
         for b in range(min(sw, kw)):
             k = w[:, 0, a::sh, b::sw].transpose(1, 2, 0)  # (kr, kq, c)
             taps.append((a, b, np.ascontiguousarray(np.broadcast_to(
-                k[:, :, None, :], k.shape[:2] + (pw, c))).reshape(k.shape[0], k.shape[1], run)))
+                k[:, :, None, :], k.shape[:2] + (pw, c))).reshape(k.shape[0], k.shape[1], run)
+                if tiled else np.ascontiguousarray(k)))
     rows = max(1, min(oh, DEPTHWISE_BYTES // (it * run)))
     tmp = np.empty((rows, run), acc)
     for img in range(n):
@@ -175,7 +183,11 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
                 view = np.lib.stride_tricks.as_strided(
                     base, shape=k.shape[:2] + (m, run), strides=(run * it, c * it, run * it, it))
                 dst = out[i0:i0 + m] if t == 0 else tmp[:m]
-                np.einsum("rqmx,rqx->mx", view, k, out=dst)
+                if tiled:
+                    np.einsum("rqmx,rqx->mx", view, k, out=dst)
+                else:
+                    np.einsum("rqmpc,rqc->mpc", view.reshape(k.shape[:2] + (m, pw, c)), k,
+                              out=dst.reshape(m, pw, c))
                 if t:
                     out[i0:i0 + m] += dst
     return np.ascontiguousarray(y[:, :, :ow].transpose(0, 3, 1, 2))
