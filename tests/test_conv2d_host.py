@@ -89,6 +89,6 @@ def test_depthwise_weights_read_per_channel_equal_tiled(monkeypatch):
     tiled along a row; the same sums."""
     from gpucg.strategies import conv2d_host
 
-    monkeypatch.setattr(conv2d_host, "TILED_BYTES", 0)
+    monkeypatch.setattr(conv2d_host, "WIDE_CHANNELS", 1)
     for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[7:10]:
         test_host_paths_equal_the_reference(xs, ws, strides, padding, dilation, groups)

@@ -55,3 +55,23 @@ def test_activation_in_place_equals_the_operator(monkeypatch, activation):
     want = _epilogue.activate(y.copy(), activation)
     got = _epilogue.activate_in_place(y.copy(), activation)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm", "softmax", "log_softmax"])
+def test_norms_by_blocks_of_rows_equal_whole_arrays(monkeypatch, op):
+    """The host normalizes rows of the last axis a few at a time: the same numbers as all at
+    once (rows of special values, huge and tiny rows, a ragged last block)."""
+    from gpucg.strategies import norm
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 7, 9)).astype(np.float32)
+    x[0, 0], x[0, 1, :4], x[1, 2] = SPECIAL[:9], 1e30, 1e-30
+    params = [rng.standard_normal(9).astype(np.float32) for _ in range(2)]
+    kw = {} if op in ("softmax", "log_softmax") else {"gamma": params[0]}
+    if op == "layer_norm":
+        kw["beta"] = params[1]
+    f = getattr(gpucg.ops, op)
+    want = gpucg.to_host(f(x, **kw, target="numpy"))
+    monkeypatch.setattr(norm, "NORM_BLOCK", 2 * 9)  # two rows a block, 11 blocks
+    got = gpucg.to_host(f(x, **kw, target="numpy"))
+    np.testing.assert_array_equal(got, want)

@@ -40,10 +40,11 @@ DEPTHWISE_BYTES = 128 << 10
 #: transposes to channels last would cost more than they save (measured at MobileNet and
 #: EfficientNet layers: 0.75-0.9x the channels-last time there, 1.5-3x below)
 PLANE_RUN = 56 * 56
-#: the most bytes of depthwise weights tiled along a row of channels (see
-#: _depthwise_channels_last; measured: tiled faster up to 240 channels of 5x5 at 28x28, read
-#: per channel faster from 576 channels at 7x7)
-TILED_BYTES = 1 << 20
+#: from this many channels the channels-last depthwise reads its weights per channel (inner
+#: runs of c), below it tiled along a row (inner runs of pw * c): measured at MobileNet,
+#: EfficientNet and ConvNeXt layers, tiled 1.1-3x faster up to 384 channels, per channel
+#: 1.1-1.2x faster from 576 at 7x7
+WIDE_CHANNELS = 512
 #: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
 #: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
 #: runs; with more taps the GEMM dominates and both copies cost alike
@@ -162,9 +163,7 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
         return np.zeros((n, c, oh, ow), acc)
     phase = _phases(x, pads, ph, pw, strides, acc, channels_last=True)
     it, run = acc.itemsize, pw * c
-    # the weights tiled along a row (one inner run of pw * c) while they stay in cache; beyond
-    # (many channels), read per channel (inner runs of c) rather than streamed from memory
-    tiled = kh * kw * run * it <= TILED_BYTES
+    tiled = c < WIDE_CHANNELS
     taps = []  # (a, b, the phase's taps' weights: (kr, kq, run) tiled, else (kr, kq, c))
     for a in range(min(sh, kh)):
         for b in range(min(sw, kw)):
