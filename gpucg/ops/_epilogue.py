@@ -122,6 +122,13 @@ def activate_in_place(y: np.ndarray, activation) -> np.ndarray:
     return y
 
 
+def dense_flat(y: np.ndarray):
+    """y's elements in memory order as a 1-D view when y is one dense block of memory (C
+    order, or a transposed view of one: a channels-last result), else None."""
+    t = y.transpose(np.argsort([-abs(s) for s in y.strides], kind="stable"))
+    return t.reshape(-1) if t.flags.c_contiguous else None
+
+
 def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
     """The epilogue on a float result ``y`` (modified in place where possible); ``bias``
     already broadcasts against ``y``, as does ``residual``."""
@@ -136,13 +143,13 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
             scaled = scaled * y.dtype.type(attrs.beta)
     if scaled is not None and attrs.residual_position == "before":
         y += scaled
+    flat = dense_flat(y) if attrs.activation and y.flags.writeable else None
     if attrs.activation == "relu" and y.flags.writeable:  # in place: the same np.maximum
         np.maximum(y, y.dtype.type(0), out=y)
-    elif attrs.activation == "gelu" and y.dtype == np.float32 and y.flags.writeable and \
-            y.flags.c_contiguous:  # in place: the operator's own float32 gelu
-        _unary.gelu_in_place(y)
-    elif attrs.activation is not None and y.flags.writeable and y.flags.c_contiguous:
-        activate_in_place(y, attrs.activation)
+    elif attrs.activation == "gelu" and y.dtype == np.float32 and flat is not None:
+        _unary.gelu_in_place(flat)  # in place: the operator's own float32 gelu
+    elif flat is not None:
+        activate_in_place(flat, attrs.activation)
     else:
         y = activate(y, attrs.activation)
     if scaled is not None and attrs.residual_position == "after":

@@ -3,16 +3,19 @@ that touches memory least, in blocks that stay in cache.
 
 - 1x1, stride 1, one group (the pointwise layers of MobileNets, EfficientNets, ResNet's
   bottlenecks): one (o x c) @ (c x h*w) GEMM per image, straight from the input into the
-  output; no padding, no im2col copy.
+  output; no padding, no im2col copy. Channels-last data: one (h*w x c) @ (c x o) GEMM, the
+  result channels last too.
 - depthwise (one input channel a group, one output a channel): the padded input split into
   its stride phases (stride 2: four, each a plain stride-1 grid), so that every tap is a
   contiguous run. Channels last (NHWC phases), every tap of a phase is one ``np.einsum`` over
   a few output rows at a time (multiply and sum in one pass, inner runs of a whole row of
-  channels), the result transposed back: 2-3.5x the per-tap passes on MobileNet, EfficientNet
-  and ConvNeXt layers (benchmarks/results/*depthwise*). Large planes with small kernels
-  (56x56 and up, 3x3), where the transposes cost more than they save, and dilated kernels
-  stay NCHW: a multiply-add per tap over a block of channels of one image, through one
-  scratch buffer (the output block stays in cache).
+  channels): 2-3.5x the per-tap passes on MobileNet, EfficientNet and ConvNeXt layers
+  (benchmarks/results/*depthwise*); the result stays channels last (an NCHW-shaped view of
+  NHWC memory), which the next pointwise or depthwise layer, the pools, the elementwise
+  operators and a transpose to NHWC (ConvNeXt's) read without a copy. NCHW data with large
+  planes and small kernels (56x56 and up, 3x3), where the transposes cost more than they
+  save, and dilated kernels stay NCHW: a multiply-add per tap over a block of channels of one
+  image, through one scratch buffer (the output block stays in cache).
 - few taps a column (a stem's 3x3 over 3 channels, a 4x4 patchify): im2col by runs, each
   tap's columns one contiguous run of its stride phase, then a GEMM a group per image.
 - the rest: im2col by a strided window view, one matmul per group.
@@ -51,19 +54,31 @@ WIDE_CHANNELS = 512
 RUNS_K = 64
 
 
+def channels_last(x) -> bool:
+    """Whether an NCHW-shaped array lies in memory as NHWC, densely (a channels-last view)."""
+    return x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndarray:
-    """conv2d on the host (see the module docstring for the paths)."""
+    """conv2d on the host (see the module docstring for the paths). The data may come in any
+    strides; NCHW data lying as NHWC in memory (:func:`channels_last`) keeps that layout
+    through the pointwise and depthwise paths, which read and write it for free."""
     acc = acc_dtype(data.dtype)
     x, w, pads, oh, ow = host_view(data, weight, attrs, acc)
     n, c, h, wd = x.shape
     o, i, kh, kw = w.shape
     g, strides, dilation = attrs.groups, attrs.strides, attrs.dilation
     (sh, sw), (dh, dw) = strides, dilation
+    last = channels_last(x)
     if i == 1 and g > 1 and o == g:
-        planes = dh != 1 or dw != 1 or (kh * kw <= 9 and
+        planes = dh != 1 or dw != 1 or (not last and kh * kw <= 9 and
                                         oh * (ow + (kw - 1) // sw) >= PLANE_RUN)
         y = (_depthwise if planes else _depthwise_channels_last)(
             x, w, pads, oh, ow, strides, dilation, acc)
+    elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads) and last:
+        # (n, h*w, c) @ (c, o): the NHWC result of a GEMM with the weights read transposed
+        y = np.matmul(x.transpose(0, 2, 3, 1).reshape(n, h * wd, c), w.reshape(o, c).T)
+        y = y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
     elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads):
         y = np.empty((n, o, oh, ow), acc)
         np.matmul(w.reshape(o, c), np.ascontiguousarray(x).reshape(n, c, h * wd),
@@ -153,12 +168,13 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
     phase (r % sh, q % sw) at offset (r // sh, q // sw), a stride-1 window; all the taps of
     a phase are one einsum over a strided view, whose rows are whole rows of the padded phase
     (pw positions x c channels, against the weights tiled to that length), pw - ow of them
-    dropped at the end. Blocks of output rows of one image stay in cache."""
+    dropped as a block of output rows of one image (in cache) is stored. Returns the NHWC
+    result as an NCHW-shaped view."""
     n, c = x.shape[:2]
     kh, kw = w.shape[2:]
     sh, sw = strides
     ph, pw = oh + (kh - 1) // sh, ow + (kw - 1) // sw
-    y = np.empty((n, oh, pw, c), acc)
+    y = np.empty((n, oh, ow, c), acc)
     if y.size == 0:
         return np.zeros((n, c, oh, ow), acc)
     phase = _phases(x, pads, ph, pw, strides, acc, channels_last=True)
@@ -172,24 +188,25 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
                 k[:, :, None, :], k.shape[:2] + (pw, c))).reshape(k.shape[0], k.shape[1], run)
                 if tiled else np.ascontiguousarray(k)))
     rows = max(1, min(oh, DEPTHWISE_BYTES // (it * run)))
-    tmp = np.empty((rows, run), acc)
+    acc_rows, tmp = np.empty((rows, run), acc), np.empty((rows, run), acc)
     for img in range(n):
-        out = y[img].reshape(oh, run)
         for i0 in range(0, oh, rows):
             m = min(rows, oh - i0)
+            out = acc_rows[:m]
             for t, (a, b, k) in enumerate(taps):
                 base = phase[a, b, img, i0:]
                 view = np.lib.stride_tricks.as_strided(
                     base, shape=k.shape[:2] + (m, run), strides=(run * it, c * it, run * it, it))
-                dst = out[i0:i0 + m] if t == 0 else tmp[:m]
+                dst = out if t == 0 else tmp[:m]
                 if tiled:
                     np.einsum("rqmx,rqx->mx", view, k, out=dst)
                 else:
                     np.einsum("rqmpc,rqc->mpc", view.reshape(k.shape[:2] + (m, pw, c)), k,
                               out=dst.reshape(m, pw, c))
                 if t:
-                    out[i0:i0 + m] += dst
-    return np.ascontiguousarray(y[:, :, :ow].transpose(0, 3, 1, 2))
+                    out += dst
+            y[img, i0:i0 + m] = out.reshape(m, pw, c)[:, :ow]  # the rows' own columns
+    return y.transpose(0, 3, 1, 2)
 
 
 def _depthwise_multiplier(xp, w, n, c, oh, ow, strides, dilation, acc):

@@ -316,14 +316,17 @@ def _host_blocked(ctx):
     the output."""
     (fn, blocks), shape = ctx.info, ctx.out_shapes[0]
     if not blocks or int(np.prod(shape)) < 2 * HOST_BLOCK:
-        return fn(ctx.inputs)
+        y = fn(ctx.inputs)  # an input itself (identity) is the caller's: a result of its own
+        return y.copy() if any(np.may_share_memory(y, a) for a in ctx.inputs) else y
     out = ctx.outputs[0]
     for index in host_blocks(shape, HOST_BLOCK):
         out[index] = fn([_part(a, index, len(shape)) for a in ctx.inputs])
     return out
 
 
-HOST_BLOCKED = host_impl("numpy_elementwise", _host_blocked)
+#: reads its inputs as they lie (NumPy's ufuncs take any strides: a channels-last
+#: convolution's result is read in place, not copied to NCHW first)
+HOST_BLOCKED = host_impl("numpy_elementwise", _host_blocked, strided=True)
 
 
 def _host_typed(op: str):
