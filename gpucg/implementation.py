@@ -42,6 +42,9 @@ class Kernel:
         dynamic_local: ``template parameters -> bytes`` of the kernel's dynamic local
             (shared) buffer (gpucg/codegen/dynamic_local.py), which every launch of it gets;
             None: it has none.
+        smem_requests: ``template parameters -> requests``: one warp's shared-memory
+            requests, evaluated from the kernel's own address definitions, for the bank-conflict
+            check (gpucg.verify.banks.report); None: not modelled.
     """
 
     template: str
@@ -51,15 +54,18 @@ class Kernel:
     spills: str | Callable = ""
     low_occupancy: str | Callable = ""
     dynamic_local: Callable | None = None
+    smem_requests: Callable | None = None
 
     def __init__(self, template: str, fixed: Mapping | None = None, derive: Callable | None = None,
                  doc: str = "", spills: str | Callable = "", low_occupancy: str | Callable = "",
-                 *, params: Mapping | None = None, dynamic_local: Callable | None = None):
+                 *, params: Mapping | None = None, dynamic_local: Callable | None = None,
+                 smem_requests: Callable | None = None):
         if params is not None:
             fixed = _deprecated_params("Kernel", fixed, params)
         for name, value in (("template", template), ("fixed", MappingProxyType(dict(fixed or {}))),
                             ("derive", derive), ("doc", doc), ("spills", spills),
-                            ("low_occupancy", low_occupancy), ("dynamic_local", dynamic_local)):
+                            ("low_occupancy", low_occupancy), ("dynamic_local", dynamic_local),
+                            ("smem_requests", smem_requests)):
             object.__setattr__(self, name, value)
 
     @property
@@ -118,6 +124,9 @@ class ImplDecl:
     kernels: Mapping = field(default_factory=dict)
     strided: bool = False
     views: bool = False
+    #: where its results differ from the operator's reference by construction (see
+    #: :func:`with_numerics`); "" where they do not
+    numerics: str = ""
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -165,6 +174,13 @@ def reads_strides(decl: ImplDecl) -> ImplDecl:
     return replace(decl, strided=True)
 
 
+def with_numerics(decl: ImplDecl, text: str) -> ImplDecl:
+    """``decl``, declared to differ from the operator's reference by construction where
+    ``text`` says (Winograd's transforms turn an infinity into NaN, say): explain shows it
+    beside the implementation wherever it may run."""
+    return replace(decl, numerics=text)
+
+
 def view_impl(name: str, run: Callable, strided: bool = False) -> ImplDecl:
     """Declare a view implementation: ``run(ctx)`` returns the output(s) as arrays of the
     target's backend that share memory with the inputs (NumPy views, pyopencl arrays over the
@@ -196,6 +212,7 @@ class Implementation:
             the other where it does not.
         strided: the inputs come as they are, strided views included (else contiguous).
         views: run returns the outputs as views of the inputs, on the backend.
+        numerics: where its results differ from the reference by construction (ImplDecl's).
     """
 
     name: str
@@ -210,6 +227,7 @@ class Implementation:
     needs: Callable | None = None
     strided: bool = False
     views: bool = False
+    numerics: str = ""
 
     def __post_init__(self):
         if not isinstance(self.plevel, int) or isinstance(self.plevel, bool):

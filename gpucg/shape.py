@@ -223,8 +223,9 @@ class _PyPrinter:
         if isinstance(e, sympy.ceiling):
             num, den = e.args[0].as_numer_denom()
             return f"(-((-{self(num)}) // {self(den)}))"
-        if isinstance(e, sympy.Mod):
-            return f"({self(e.args[0])} % {self(e.args[1])})"
+        if isinstance(e, sympy.Mod):  # a size may be 0 at run time: x mod 0 is x (no error)
+            a, b = self(e.args[0]), self(e.args[1])
+            return f"({a} % {b} if {b} else {a})"
         if isinstance(e, (sympy.Max, sympy.Min)):
             fn = "max" if isinstance(e, sympy.Max) else "min"
             return f"{fn}(" + ", ".join(self(a) for a in e.args) + ")"

@@ -53,7 +53,7 @@ class Strategy:
             fixed = _deprecated_params("Strategy.add", fixed, params)
         impl = Implementation(self._name(decl), plevel, decl.run, decl.kernels, condition,
                               space if space is not None else ConfigSpace(), fixed or {}, info,
-                              options, needs, decl.strided, decl.views)
+                              options, needs, decl.strided, decl.views, decl.numerics)
         self.implementations.append(impl)
         self.order.append(impl.name)
         return impl
@@ -182,6 +182,8 @@ class Candidate:
     condition: str
     verdict: str
     reason: str
+    #: where its results differ from the reference by construction (Implementation.numerics)
+    numerics: str = ""
 
 
 @dataclass
@@ -224,6 +226,8 @@ class Selection:
         w = max(len(c.name) for c in self.candidates)
         rows = [f"  {c.name:<{w}}  plevel {c.plevel:>3}  {c.verdict:<10} if {c.condition}: {c.reason}"
                 for c in self.candidates]
+        rows += [f"  numerics of {c.name}: {c.numerics}" for c in self.candidates
+                 if c.numerics and c.verdict.startswith(("selected", "dispatch", "tuned"))]
         tuned = [(i, c) for i, c in enumerate(self.choices) if c.note]
         if tuned:
             rows.append(f"tuned branches (records: {self.records}):")
@@ -317,7 +321,7 @@ def select(op: str, strategy: Strategy, input_types, output_types, attrs: dict, 
     strategy.validate(symbols)
     impls = strategy.implementations
     decided = {i.name: (True if i.condition is None else i.condition.decide()) for i in impls}
-    cands = {i.name: Candidate(i.name, i.plevel, i.describe_condition(), "", "")
+    cands = {i.name: Candidate(i.name, i.plevel, i.describe_condition(), "", "", i.numerics)
              for i in impls}
     alive = []
     for impl in impls:

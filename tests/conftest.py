@@ -119,6 +119,18 @@ def _prod(shape) -> int:
     return out
 
 
+def as_dtype(a, dtype: str):
+    """``a`` as a NumPy array of ``dtype``, bfloat16 through ml_dtypes (a test of bfloat16
+    importorskips ml_dtypes first)."""
+    import numpy as np
+
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        dtype = ml_dtypes.bfloat16
+    return np.asarray(a).astype(dtype)
+
+
 def applicable(op: str, *types, target, **attrs) -> list[str]:
     """The implementations (short names) that can run this call, whatever selection prefers."""
     sel = gpucg.explain(op, *types, target=target, **attrs)

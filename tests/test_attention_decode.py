@@ -142,3 +142,19 @@ def test_decode_reads_the_cache_once(op, label, impl):
     labels = [c.label for c in gpucg.get_op(op).representative("small")]
     row = figures[f"{op}|small {labels.index(label)}|{impl}.opencl"]
     assert row["loaded"] + row["stored"] <= 1.08 * row["compulsory"], row
+
+
+def test_bench_decode_quick(capsys):
+    from gpucg.benchmarks.decode import main, paged_copy
+
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((2, 3, 37, 8)).astype(np.float32)
+    kc, vc, bt, sl = paged_copy(k, k, rng)
+    assert kc.shape == (6, 16, 3, 8) and sl.tolist() == [37, 37]
+    np.testing.assert_array_equal(kc[bt[1, 2], 4], k[1, :, 36])  # token 36 of sequence 1
+    assert main(["--quick", "--repeat", "1", "--json", "--targets", "numpy"]) == 0
+    out = capsys.readouterr().out
+    assert "torch SDPA (cpu, dense cache)" in out and "gpucg numpy paged [numpy_paged]" in out
+    assert "tokens/s" in out and "GB/s of the KV cache read" in out
+    from gpucg.benchmarks.lowp import gpu_present
+    assert gpu_present() or "FlashInfer decode (paged)                  not measured on a GPU" in out

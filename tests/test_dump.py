@@ -55,6 +55,8 @@ CALLS = [
     ("add_broadcast", "add", (T((n, m)), T((m,))), {}),
     ("sum_middle", "sum", (T((n, m, k)),), dict(axis=1)),
     ("cumsum_reverse_uint8", "cumsum", (T((n, m), "uint8"),), dict(axis=1, reverse=True)),
+    ("cumprod_float16_columns", "cumprod", (T((n, m, k), "float16"),), dict(axis=1)),
+    ("cumsum_bfloat16_rows", "cumsum", (T((n, m), "bfloat16"),), dict(axis=1, exclusive=True)),
     ("dense_bias_gelu", "dense", (T((n, 256)), T((64, 256)), T((64,))),
      dict(activation="gelu")),
     ("dense_splitk", "dense", (T((n, 4096)), T((64, 4096))), {}),
@@ -141,6 +143,9 @@ CALLS = [
     ("paged_attention_window_alibi", "paged_attention",
      (T((n, m, 8, 64), "float16"),) + (T((k, 16, 2, 64), "float16"),) * 2
      + (T((n, 4), "int32"), T((n,), "int32")), dict(window=32, alibi_slopes=(0.25,) * 8)),
+    ("attention_varlen_window_alibi", "attention_varlen", (T((n, 8, 64), "float16"),)
+     + (T((k, 2, 64), "float16"),) * 2 + (T((m,), "int32"),) * 2,
+     dict(causal=True, window=16, alibi_slopes=(0.5,) * 8)),
     ("kv_cache_write_int64_slots", "kv_cache_write", (T((n, 2, 64), "float16"),) * 2
      + (T((k, 16, 2, 64), "float16"),) * 2 + (T((n,), "int64"),), {}),
 ]
@@ -217,7 +222,7 @@ def _is_int(tok) -> bool:
 def noise(src: str) -> list[str]:
     """What a person would not write: arithmetic with 0 or 1, numbers left as products or
     sums, a cast of a number to an index type, a lone name in parentheses."""
-    toks = tokens(re.sub(r"\basm\(.*?\);", "", src)) + [("", "")] * 4
+    toks = tokens(re.sub(r"\basm\s*(volatile\s*)?\(.*?\);", "", src, flags=re.S)) + [("", "")] * 4
     found = []
     for i in range(len(toks) - 4):
         (kind, tok), (_, nxt), (_, after) = toks[i], toks[i + 1], toks[i + 2]
@@ -240,6 +245,12 @@ def noise(src: str) -> list[str]:
                 and (prev[1] in ("+", "-")
                      or not operand_before and prev[1] not in ("*", "/", "%")):
             found.append(f"a sum of numbers in: {here}")
+        # numbers a template should have folded: 1.0f / 0.0f, 0.5f * 2.0f, 16 < 32
+        if kind == "number" and toks[i + 2][0] == "number" and nxt in _FOLD \
+                and (not _is_int(toks[i]) or not _is_int(toks[i + 2]) or nxt in _RELATIONS) \
+                and prev[1] not in _ARITH + (".",) \
+                and toks[i + 3][1] not in (_ARITH if nxt in _RELATIONS else ("*", "/", "%")):
+            found.append(f"numbers left unfolded in: {here}")
         # (int)0, (long long)16
         if tok == "(" and nxt in ("int", "long"):
             j = i + 1
@@ -252,6 +263,30 @@ def noise(src: str) -> list[str]:
                 and prev[0] != "name" and prev[1] not in (")", "]") \
                 and toks[i + 3][0] not in ("name", "number") and toks[i + 3][1] != "(":
             found.append(f"a name in parentheses in: {here}")
+    return found
+
+
+_RELATIONS = ("<", ">", "<=", ">=", "==", "!=")
+_ARITH = ("+", "-", "*", "/", "%", "<<", ">>")
+_FOLD = ("+", "-", "*", "/") + _RELATIONS
+
+
+def branches(src: str) -> list[str]:
+    """Branches a person would not write: an empty body (``if (c) { } else``, ``else { }``,
+    ``if (c);``; a spin-wait ``while (c);`` is a loop, not a branch), and a condition
+    without a name in it (``if (1)``, ``if (16 < 32)``)."""
+    code = code_only(src)
+    found = [f"an empty branch: {mt.group().strip()}" for mt in re.finditer(
+        r"\b(?:if|for)\s*\((?:[^(){}]|\([^()]*\))*\)\s*(?:\{\s*\}|;)|\belse\s*\{\s*\}",
+        code)]
+    for mt in re.finditer(r"\bif\s*\(", code):
+        depth, j = 1, mt.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(code[j], 0)
+            j += 1
+        cond = code[mt.end():j - 1]
+        if not [t for k, t in tokens(cond) if k == "name" and t not in _TYPES]:
+            found.append(f"a branch on a constant: if ({cond})")
     return found
 
 
@@ -346,6 +381,7 @@ def test_no_noise(cid, target, compiled_ops):
             assert "#define" not in src and "#undef" not in src, key
             assert not re.search(r"\{\{|\{%|\{#|#\}|%\}", src), key
             assert noise(src) == [], key
+            assert branches(src) == [], key
             assert unused(src) == [], key
             assert layout(src) == [], key
 
@@ -400,6 +436,14 @@ def test_the_checks_see_noise():
                 "a = 16 * 3;", "a = pass_ - 2 + 1;", "a = d[b + (j) * n];", "a = 0 + x;",
                 "a = g * 0;"):
         assert noise(bad), bad
+    for bad in ("x = -(1.0f / 0.0f);", "x = 0.5f * 2.0f;", "b = 16 < 32;", "x = 1.5 + 2;"):
+        assert noise(bad), bad
+    assert noise("x = -INFINITY; y = a * 2.0f / 3.0f; z = 0.5f * x;") == []
+    for bad in ("if (key < skv && i < sq) { } else { x = 0; }", "if (1) { a(); }",
+                "if (16 < 32) a();", "if (n) {\n} else {\n    a();\n}", "if ((int)0) a();",
+                "for (i = 0; i < n; ++i);", "if (a) a(); else { }"):
+        assert branches(bad), bad
+    assert branches("if (KT > 0) { a(); } else if (live) { b(); }\nwhile (1) { c(); }") == []
     assert unused("__device__ __forceinline__ int gpucg_key(int u)\n{\n    return u;\n}\n")
     assert unused("{\n    const int m0 = 0;\n}\n") == ["variable m0"]
     assert layout("{\n     int x;\n}\n") and layout("{\n    int x;\n\n}\n")

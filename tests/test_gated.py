@@ -1,6 +1,7 @@
 """silu_and_mul and gelu_and_mul against PyTorch (vLLM's semantics: act(x[..., :d]) * x[..., d:])
-in float64 (gelu's tail written with erfc, where torch's 1 + erf cancels), on every dtype and backend; the vector and scalar configs forced on the same special
-values; odd, empty and unit sizes; bad input; their CUDA kernel's SASS."""
+in float64 (gelu's tail written with erfc, where torch's 1 + erf cancels), on every dtype and
+backend; the vector and scalar configs forced on the same special values; odd, empty and unit
+sizes; bad input; their CUDA kernel's SASS."""
 
 import math
 
@@ -11,6 +12,8 @@ import torch.nn.functional as F
 
 import gpucg
 from gpucg.verify import resources as res, sass
+
+from conftest import as_dtype
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes (gpucg[bfloat16])")
 rng = np.random.default_rng(33)
@@ -38,8 +41,7 @@ CALLS = [("silu_and_mul", {}, lambda g: F.silu(g)),
 
 
 def sample(shape, dtype):
-    x = rng.standard_normal(shape) * 3
-    return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    return as_dtype(rng.standard_normal(shape) * 3, dtype)
 
 
 def want(x, act):
@@ -62,12 +64,20 @@ def check(got, x, act):
     inf = np.isinf(rounded)
     np.testing.assert_array_equal(g[inf], rounded[inf])  # overflow of the stored dtype
     ok = ~np.isnan(w) & ~inf
-    tiny = float(np.finfo(np.float32 if x.dtype.name == "bfloat16" else x.dtype).smallest_normal)
+    # results in the last binades above float32's smallest normal may flush (the tails of exp)
+    f = np.float32 if x.dtype.name == "bfloat16" else x.dtype
+    tiny = 16 * float(np.finfo(f).smallest_normal)
     np.testing.assert_allclose(g[ok], w[ok], rtol=rtol, atol=tiny)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("call", range(len(CALLS)), ids=["silu", "gelu", "gelu_tanh"])
+#: silu on every dtype, the gelus on one each in the default tier; the rest -m exhaustive
+TORCH_CASES = [(0, d) for d in DTYPES] + [(1, "float32"), (2, "bfloat16")] + [
+    pytest.param(c, d, marks=pytest.mark.exhaustive)
+    for c, d in [(1, "float16"), (1, "bfloat16"), (1, "float64"), (2, "float16"),
+                 (2, "float32"), (2, "float64")]]
+
+
+@pytest.mark.parametrize("call,dtype", TORCH_CASES)
 def test_against_torch(target, call, dtype):
     op, attrs, act = CALLS[call]
     # rows of whole 128-bit vectors; odd d (scalar accesses); 3-D
@@ -91,8 +101,7 @@ def special(dtype):
          -3.0, 0.5, 20.0, -20.0]
     gate = np.array(v * 2)
     up = np.array(v[3:] + v[:3] + v[::-1])
-    return np.concatenate([gate, up]).reshape(1, -1).repeat(3, 0).astype(
-        ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    return as_dtype(np.concatenate([gate, up]).reshape(1, -1).repeat(3, 0), dtype)
 
 
 @pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
@@ -147,7 +156,7 @@ def test_symbolic_last_dimension_is_checked_at_run_time():
         f(np.ones((3, 7), np.float32))
 
 
-@pytest.mark.parametrize("arch", ("sm_80", "sm_90"))
+@pytest.mark.parametrize("arch", ("sm_90", pytest.param("sm_80", marks=pytest.mark.exhaustive)))
 def test_sass_moves_128_bits(sass_or_skip, arch):
     """The vector config: 128-bit loads and stores, no local memory."""
     for dtype, op in (("float16", "silu_and_mul"), ("float32", "gelu_and_mul")):
@@ -161,8 +170,8 @@ def test_sass_moves_128_bits(sass_or_skip, arch):
 def test_bench_llm_ops_quick(capsys):
     from gpucg.benchmarks.llm_ops import main
 
-    assert main(["--quick", "--repeat", "1", "--no-traffic", "--targets", "opencl,numpy",
+    assert main(["--quick", "--repeat", "1", "--no-traffic", "--targets", "numpy",
                  "--json"]) == 0
     out = capsys.readouterr().out
     assert "silu_and_mul (16, 2*11008)" in out and "GB/s" in out
-    assert "gpucg opencl [act_and_mul.opencl]" in out and "not measured on a GPU" in out
+    assert "gpucg numpy [numpy_act_and_mul.numpy]" in out and "not measured on a GPU" in out

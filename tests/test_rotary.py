@@ -13,16 +13,12 @@ import torch
 import gpucg
 from gpucg.verify import resources as res, sass
 
-from conftest import under_oclgrind
+from conftest import as_dtype, under_oclgrind
 
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 needs ml_dtypes (gpucg[bfloat16])")
 rng = np.random.default_rng(7)
 GPU = "opencl -device=gpu"
 TOL = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-6, "float64": 1e-13}
-
-
-def as_dtype(a, dtype):
-    return np.asarray(a).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
 
 
 def caches(p, r, dtype, base=10000.0):
@@ -67,8 +63,14 @@ SHAPES = [(5, 3, 64, 64, "float16", "float32", "int64"),
           (2, 5, 96, 32, "float16", "float16", "int64")]
 
 
-@pytest.mark.parametrize("style", ("neox", "gptj"))
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+#: every shape in the neox style, the partial and the 16-bit cache ones in the gptj style (the
+#: rest -m exhaustive)
+TORCH_CASES = [pytest.param(style, shape, id=f"{style}-{'-'.join(map(str, shape))}",
+                            marks=() if style == "neox" or i in (1, 2) else pytest.mark.exhaustive)
+               for style in ("neox", "gptj") for i, shape in enumerate(SHAPES)]
+
+
+@pytest.mark.parametrize("style,shape", TORCH_CASES)
 def test_against_torch(target, style, shape):
     t, h, d, r, dt, cdt, pdt = shape
     x = as_dtype(rng.standard_normal((t, h, d)), dt)
@@ -189,7 +191,7 @@ def test_symbolic_head_size_is_refused():
                       rotary_dim=8)
 
 
-@pytest.mark.parametrize("arch", ("sm_80", "sm_90"))
+@pytest.mark.parametrize("arch", ("sm_90", pytest.param("sm_80", marks=pytest.mark.exhaustive)))
 def test_sass_moves_128_bits(sass_or_skip, arch):
     """Both styles, float16 x with float32 caches: 128-bit loads and stores, no local memory."""
     t = [gpucg.tensor(s, dt) for s, dt in (((16, 32, 128), "float16"), ((4096, 64), "float32"),

@@ -213,7 +213,7 @@ def test_device_arrays_stay_on_device():
     ({"axis": 1.0}, gpucg.AttrError, "axis=1.0 .* must be an int or None"),
     ({"axis": True}, gpucg.AttrError, "must be an int or None"),
     ({"exclusive": 1}, gpucg.AttrError, "exclusive=1 .* must be a bool"),
-    ({"dtype": "float16"}, gpucg.DTypeError, "dtype='float16' is not supported; allowed: int32"),
+    ({"dtype": "bool"}, gpucg.DTypeError, "dtype='bool' is not supported; allowed: int32"),
     ({"dtype": "complex64"}, gpucg.DTypeError, "not supported"),
     ({"target": "tpu"}, gpucg.TargetError, "unknown kind 'tpu'"),
 ])
@@ -225,8 +225,7 @@ def test_bad_input(kwargs, err, match):
 def test_bad_data():
     with pytest.raises(gpucg.InputError, match=r"data=\[1, 2\] \(list\) must be a numpy.ndarray"):
         gpucg.ops.cumsum([1, 2])
-    with pytest.raises(gpucg.DTypeError, match="data dtype 'float16' is not supported"):
-        gpucg.ops.cumsum(np.ones(3, np.float16), target="numpy")
+    assert gpucg.ops.cumsum(np.ones(3, np.float16), target="numpy").dtype == np.float16
     with pytest.raises(gpucg.DTypeError, match="data.dtype='complex128'"):
         gpucg.ops.cumsum(np.ones(3, np.complex128), target="numpy")
     # as np.cumsum: a 0-d input scans as its one-element view along axis 0 or -1, no other

@@ -34,8 +34,8 @@ def _exp(v):
 
 
 def _gelu_tanh(v):
-    if v == -math.inf:
-        return -0.0
+    if v == -math.inf:  # -inf * 0, as torch's
+        return math.nan
     return v if v == math.inf else v * _sigmoid(_U * (v + 0.044715 * v ** 3))
 
 
@@ -72,7 +72,7 @@ REF = {
     "sigmoid": _sigmoid,
     "tanh": math.tanh,
     "erf": math.erf,
-    "gelu": lambda v: -0.0 if v == -math.inf else v * 0.5 * math.erfc(-v / _S2),
+    "gelu": lambda v: math.nan if v == -math.inf else v * 0.5 * math.erfc(-v / _S2),
     "gelu_tanh": _gelu_tanh,
     "relu": lambda v: v if v > 0 else 0.0,
     "leaky_relu": lambda v: v if v > 0 else 0.01 * v,
@@ -218,3 +218,43 @@ def test_host_gelu_in_place_equals_the_operator(monkeypatch):
     want = _unary.TABLE["gelu"].numpy(x, {"approximate": "none"})
     got = _unary.gelu_in_place(x.copy())
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("approximate", ("none", "tanh"))
+def test_gelu_special_values_as_torch(target, approximate):
+    """gelu of NaN, the infinities and the zeros as torch.nn.functional.gelu gives them: NaN
+    for NaN and for -inf (-inf * 0 there), inf for inf, zeros for zeros (the finite values
+    are checked against the math module above; torch's float32 tails are not that exact)."""
+    torch = pytest.importorskip("torch")
+    x = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0], np.float32)
+    want = torch.nn.functional.gelu(torch.from_numpy(x), approximate=approximate).numpy()
+    got = np.asarray(gpucg.ops.gelu(x, approximate=approximate, target=target))
+    np.testing.assert_array_equal(got, want)  # NaN equals NaN here
+
+
+def test_winograd_infinities_are_stated():
+    """Winograd's transforms turn an infinite input into NaN where the direct convolution
+    gives +-inf (NaN only there), and winograd_mma's float16 tiles overflow for inputs near
+    float16's range; every finite output equals the reference's within rounding, and explain
+    states it for each Winograd implementation."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 8, 3, 3)).astype(np.float16)
+    inf_in = rng.standard_normal((1, 8, 6, 6)).astype(np.float16)
+    inf_in[0, 0, 2, 2] = -np.inf
+    big = inf_in.copy()
+    big[0, :, 1:4, 1:4] = -30000  # transformed tiles leave float16's range
+    t = gpucg.tensor((1, 8, 6, 6), "float16"), gpucg.tensor(w.shape, "float16")
+    for impl, xs in (("winograd_fused_2x2", (inf_in,)), ("winograd_mma", (inf_in, big))):
+        f = gpucg.compile("conv2d", *t, target="opencl", impl=impl, padding=1)
+        assert f"numerics of {impl}.opencl: an infinite input" in str(f.explain())
+        for x in xs:
+            with np.errstate(over="ignore"):
+                want = gpucg.ops.conv2d(x, w, padding=1, target="numpy")
+            got = f(x, w)
+            assert np.isnan(got).any() and not np.isnan(want).any(), impl
+            if x is inf_in:
+                assert not (np.isnan(got) & np.isfinite(want)).any(), impl
+            ok = np.isfinite(got)  # float16 tiles: an error of the scale of the largest output
+            scale = float(np.abs(want[ok].astype(np.float32)).max())
+            np.testing.assert_allclose(got[ok].astype(np.float32), want[ok].astype(np.float32),
+                                       rtol=2e-2, atol=4e-3 * scale)

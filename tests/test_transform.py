@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpucg
+from gpucg.half import numpy_dtype
 from conftest import applicable, backend_or_skip
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64"]
+          "float16", "bfloat16", "float32", "float64"]
 #: the dtypes whose sweeps also force every implementation at both index widths
 FORCED = ("float16", "uint64")
 INDEX_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
@@ -22,9 +23,10 @@ def make(shape, dtype="float32", seed=0):
     rng = np.random.default_rng(seed)
     if dtype == "bool":
         return rng.random(shape) < 0.5
-    if np.dtype(dtype).kind in "iu":
-        return rng.integers(0, 100, size=shape).astype(dtype)
-    return rng.standard_normal(shape).astype(dtype)
+    dt = numpy_dtype(dtype)  # bfloat16 through ml_dtypes
+    if dt.kind in "iu":
+        return rng.integers(0, 100, size=shape).astype(dt)
+    return rng.standard_normal(shape).astype(dt)
 
 
 def same(got, want, what=""):
@@ -219,23 +221,65 @@ def test_embedding_lookup(target):
     assert "t % m" not in src and "i % inner" in src  # a row per index, read contiguously
 
 
-def test_take_out_of_range():
+@pytest.mark.parametrize("index_dtype", ("int64", "uint8"))
+def test_take_out_of_range_raises_on_every_target(target, index_dtype):
+    """mode="raise" (the default), as np.take: the first index out of range named with the
+    axis length, on the device too, where the kernel checks them (and a call whose output is
+    empty checks them all the same)."""
     x = make((4, 5))
     with pytest.raises(gpucg.InputError, match=r"indices\[1\] = 5 is out of range for axis=1 "
-                                               r"of size 5; allowed: -5..4"):
-        gpucg.ops.take(x, np.array([0, 5]), axis=1, target="numpy")
-    with pytest.raises(gpucg.InputError, match=r"indices\[0, 0\] = -21"):
-        gpucg.ops.take(x, np.array([[-21]]), target="numpy")
+                                               r"of length 5; allowed: -5..4 \(mode='clip'"):
+        gpucg.ops.take(x, np.array([0, 5, 200], index_dtype), axis=1, target=target)
+    if index_dtype == "int64":
+        with pytest.raises(gpucg.InputError, match=r"indices\[0, 1\] = -21 .* of length 20"):
+            gpucg.ops.take(x, np.array([[3, -21]]), target=target)
+        with pytest.raises(gpucg.InputError, match=r"indices\[0\] = 9 .* length 5"):
+            gpucg.ops.take(make((0, 5)), np.array([9]), axis=1, target=target)
 
 
-def test_take_kernel_clamps_out_of_range():
-    """Documented: the kernels wrap negative indices once and clamp the rest to the axis."""
+def test_take_checks_indices_on_the_device():
+    """Indices that live on the device are checked there: one counted word read back, the
+    message from the indices; the output never reads outside x (PoCL would not say, so the
+    wrapped ones are checked against NumPy's clip after)."""
+    pyopencl_array = pytest.importorskip("pyopencl.array")
     backend_or_skip("opencl")
-    target = "opencl"
-    x = make((4, 5))
-    ind = np.array([7, -1, -6, -100, 2**40, -(2**40)], np.int64)
-    got = gpucg.ops.take(x, ind, axis=1, target=target)
-    same(got, x[:, [4, 4, 0, 0, 4, 0]])
+    from gpucg.runtime import get_backend
+
+    queue = get_backend("opencl").queue
+    x = make((6, 7))
+    good = pyopencl_array.to_device(queue, np.array([[0, -7], [6, 3]], np.int32))
+    same(gpucg.ops.take(x, good, axis=1, target="opencl"), np.take(x, [[0, -7], [6, 3]], axis=1))
+    bad = pyopencl_array.to_device(queue, np.array([1, 2, -8, 7], np.int32))
+    with pytest.raises(gpucg.InputError, match=r"indices\[2\] = -8 is out of range for axis=1 "
+                                               "of length 7"):
+        gpucg.ops.take(x, bad, axis=1, target="opencl")
+
+
+@pytest.mark.parametrize("mode", ("clip", "wrap"))
+def test_take_modes(target, mode):
+    """np.take's clip (negative indices become 0) and wrap (modulo the axis length), every
+    index dtype's extremes; unsigned indices compare as unsigned (NumPy casts a uint64 above
+    2**63 to a negative intp first: we clip and wrap its value)."""
+    x = make((3, 5, 2))
+    signed = np.array([7, -1, -6, -100, 2**40, -(2**40), 4, 0], np.int64)
+    for ind in (signed, signed.astype(np.int8), np.array([[250, 3], [255, 0]], np.uint8)):
+        for axis in (1, None):
+            n = x.size if axis is None else x.shape[axis]
+            q = ind.astype(np.int64)  # (np.take's own wrap steps by n: hours at -2**40)
+            q = q % n if mode == "wrap" else np.clip(q, 0, n - 1)
+            want = np.take(x, q, axis=axis)
+            if mode == "clip" or np.abs(ind.astype(np.int64)).max() < 1000:
+                assert (np.take(x, ind.astype(np.int64), axis=axis, mode=mode) == want).all()
+            same(gpucg.ops.take(x, ind, axis=axis, mode=mode, target=target), want,
+                 (mode, ind.dtype, axis))
+    big = np.array([2**64 - 1, 2**63 + 1], np.uint64)
+    n = 5
+    pos = big % np.uint64(n) if mode == "wrap" else np.minimum(big, np.uint64(n - 1))
+    same(gpucg.ops.take(x, big, axis=1, mode=mode, target=target),
+         np.take(x, pos.astype(np.int64), axis=1))
+    with pytest.raises(gpucg.AttrError, match=r"take: mode='fill' \(str\) is not allowed; allowed: "
+                                              "'raise', 'clip', 'wrap'"):
+        gpucg.ops.take(x, signed, mode="fill", target=target)
 
 
 def test_take_errors():

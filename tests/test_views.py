@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import gpucg
+from gpucg.half import numpy_dtype
 from conftest import counted, opencl_arrays
 
 rng = np.random.default_rng(5)
@@ -23,7 +24,7 @@ VIEWS = [  # (operator, input shape, attrs, NumPy)
     ("transpose", (2, 5, 12, 8), {"axes": (0, 2, 1, 3)}, lambda x: x.transpose(0, 2, 1, 3)),
     ("transpose", (3, 4), {}, lambda x: x.T),
 ]
-DTYPES = ["float32", "int8", "float64", "float16"]
+DTYPES = ["float32", "int8", "float64", "float16", "bfloat16"]
 
 
 
@@ -31,7 +32,7 @@ DTYPES = ["float32", "int8", "float64", "float16"]
 @pytest.mark.parametrize("op,shape,attrs,fn", VIEWS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_numpy_views_share_memory(op, shape, attrs, fn, dtype):
-    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    x = (rng.standard_normal(shape) * 50).astype(numpy_dtype(dtype))
     got = getattr(gpucg.ops, op)(x, target="numpy", **attrs)
     np.testing.assert_array_equal(got, fn(x))
     assert got.size == 0 or np.shares_memory(got, x)
@@ -43,7 +44,7 @@ def test_numpy_views_share_memory(op, shape, attrs, fn, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_opencl_views_share_the_buffer(op, shape, attrs, fn, dtype):
     be, cla = opencl_arrays()
-    x = (rng.standard_normal(shape) * 50).astype(dtype)
+    x = (rng.standard_normal(shape) * 50).astype(numpy_dtype(dtype))
     xd = cla.to_device(be.queue, x)
     got, stats = counted(lambda: getattr(gpucg.ops, op)(xd, **attrs))
     assert isinstance(got, cla.Array) and got.base_data is xd.base_data

@@ -8,7 +8,7 @@ import importlib
 BENCHMARKS = {"conv2d": "conv2d", "dense": "dense", "scan": "scan", "topk": "topk",
               "tune": "tune", "reduce": "reduce", "softmax": "softmax",
               "attention": "attention", "models": "models", "sort": "sort",
-              "llm_ops": "llm_ops", "quant": "quant"}
+              "llm_ops": "llm_ops", "quant": "quant", "decode": "decode"}
 
 
 def run_benchmark(op: str, argv) -> int:

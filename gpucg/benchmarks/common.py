@@ -50,6 +50,28 @@ def kernel_seconds(target: str, fn, repeat: int) -> float | None:
     return float(np.median(be.kernel_time(fn, repeat=repeat)))
 
 
+def time_on_targets(op: str, arrays, attrs: dict, targets, repeat: int) -> list[tuple]:
+    """``op`` on each usable target of ``targets``, its inputs on the device: (target, the
+    implementation that ran, median seconds a call, its first output on the host, the
+    kernels' own seconds or None)."""
+    import gpucg
+    from gpucg.runtime import backend_status, get_backend
+
+    rows = []
+    for target in targets:
+        if not backend_status(target)[0]:
+            continue
+        f = gpucg.compile(op, *(gpucg.tensor(a.shape, a.dtype.name) for a in arrays),
+                          target=target, **attrs)
+        be = get_backend(target)
+        dev = [be.to_device(a) if target != "numpy" else a for a in arrays]
+        out = f(*dev)
+        y = np.asarray(be.to_host(out[0] if isinstance(out, tuple) else out), np.float64)
+        t = float(np.median(be.time(lambda: f(*dev), repeat=repeat, warmup=2)))
+        rows.append((target, f.last_impl, t, y, kernel_seconds(target, lambda: f(*dev), repeat)))
+    return rows
+
+
 def kernel_note(kt: float | None, gbytes: float) -> str:
     """"; kernels X ms (Y GB/s)" for a kernel time, "" without one."""
     return "" if kt is None else f"; kernels {kt * 1e3:.3f} ms ({gbytes / kt:.0f} GB/s)"

@@ -17,12 +17,9 @@ import json
 
 import numpy as np
 
-import gpucg
-from gpucg.runtime import backend_status, get_backend
-
 from .lowp import NOT_MEASURED, gpu_present
-from .common import (banner, kernel_note, kernel_seconds, median_time, parser, print_case,
-                     print_traffic, torch_cuda_time, torch_or_none)
+from .common import (banner, kernel_note, median_time, parser, print_case, print_traffic,
+                     time_on_targets, torch_cuda_time, torch_or_none)
 from .reduce import goal_lines
 
 
@@ -112,21 +109,8 @@ def _peers(arrays, numpy_fn, torch_fn, repeat: int):
 
 
 def _ours(op, arrays, attrs, want, repeat: int, targets):
-    rows = []
-    for target in targets:
-        if not backend_status(target)[0]:
-            continue
-        f = gpucg.compile(op, *(gpucg.tensor(a.shape, a.dtype.name) for a in arrays),
-                          target=target, **attrs)
-        be = get_backend(target)
-        dev = [be.to_device(a) if target != "numpy" else a for a in arrays]
-        out = f(*dev)
-        err = float(np.max(np.abs(be.to_host(out[0] if isinstance(out, tuple) else out)
-                                  - want)))
-        t = float(np.median(be.time(lambda: f(*dev), repeat=repeat, warmup=2)))
-        rows.append((target, f"gpucg {target} [{f.last_impl}]", t, err,
-                     kernel_seconds(target, lambda: f(*dev), repeat)))
-    return rows
+    return [(target, f"gpucg {target} [{impl}]", t, float(np.max(np.abs(y - want))), kt)
+            for target, impl, t, y, kt in time_on_targets(op, arrays, attrs, targets, repeat)]
 
 
 def main(argv=()) -> int:

@@ -16,10 +16,7 @@ import json
 
 import numpy as np
 
-import gpucg
-from gpucg.runtime import backend_status, get_backend
-
-from .common import banner, kernel_note, kernel_seconds, median_time, parser, print_case, \
+from .common import banner, kernel_note, median_time, parser, print_case, time_on_targets, \
     torch_or_none
 from .lowp import NOT_MEASURED, gpu_present
 
@@ -44,20 +41,9 @@ def _operands(rng, m: int, n: int, k: int):
 
 
 def _ours(label, op, arrays, attrs, want, repeat, targets):
-    rows = []
-    for target in targets:
-        if not backend_status(target)[0]:
-            continue
-        f = gpucg.compile(op, *(gpucg.tensor(a.shape, a.dtype.name) for a in arrays),
-                          target=target, **attrs)
-        be = get_backend(target)
-        dev = [be.to_device(a) if target != "numpy" else a for a in arrays]
-        y = np.asarray(be.to_host(f(*dev)), np.float64)
-        err = float(np.max(np.abs(y - want)) / max(np.max(np.abs(want)), 1e-30))
-        t = float(np.median(be.time(lambda: f(*dev), repeat=repeat, warmup=2)))
-        rows.append((f"gpucg {target} {label} [{f.last_impl}]", t, err,
-                     kernel_seconds(target, lambda: f(*dev), repeat)))
-    return rows
+    scale = max(float(np.max(np.abs(want))), 1e-30)
+    return [(f"gpucg {target} {label} [{impl}]", t, float(np.max(np.abs(y - want))) / scale, kt)
+            for target, impl, t, y, kt in time_on_targets(op, arrays, attrs, targets, repeat)]
 
 
 def main(argv=()) -> int:

@@ -41,18 +41,35 @@ def compute_dtype(dtype: str) -> str:
     return FLOATS[dtype].compute if dtype in FLOATS else dtype
 
 
+#: infinity and a quiet NaN by dialect and compute dtype, as each language names them (not
+#: 1.0f / 0.0f, which a reader must fold): OpenCL C's INFINITY, NAN and HUGE_VAL; CUDA's
+#: bit-pattern intrinsics, as its math_constants.h (CUDART_INF_F) spells them
+SPECIALS = {
+    "opencl": {"float32": ("INFINITY", "NAN"), "float64": ("HUGE_VAL", "(double)NAN")},
+    "cuda": {"float32": ("__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)"),
+             "float64": ("__longlong_as_double(0x7ff0000000000000LL)",
+                         "__longlong_as_double(0x7ff8000000000000LL)")},
+}
+
+
+def _special(v: float, dtype: str, d) -> str:
+    try:
+        inf, nan = SPECIALS[d.name][FLOATS[dtype].compute]
+    except (AttributeError, KeyError):
+        raise DTypeError(f"no spelling of {v} in {dtype} for dialect "
+                         f"{getattr(d, 'name', d)!r}; allowed: {', '.join(SPECIALS)}") from None
+    return nan if math.isnan(v) else ("-" + inf if v < 0 else inf)
+
+
 def literal(value, dtype: str, d) -> str:
-    """``value`` as a C constant of ``dtype``'s compute type: ``0.5f``, ``1e-05``,
-    ``(1.0f / 0.0f)`` for infinity, ``(0.0f / 0.0f)`` for NaN; integers through the
+    """``value`` as a C constant of ``dtype``'s compute type in dialect ``d``: ``0.5f``,
+    ``1e-05``, infinities and NaN by their names (:data:`SPECIALS`); integers through the
     dialect's unsigned constants, cast to the type."""
     if dtype in FLOATS:
-        s = FLOATS[dtype].suffix
         v = float(value)
-        if math.isnan(v):
-            return f"(0.0{s} / 0.0{s})"
-        if math.isinf(v):
-            return f"({'-' if v < 0 else ''}1.0{s} / 0.0{s})"
-        return repr(v) + s
+        if not math.isfinite(v):
+            return _special(v, dtype, d)
+        return repr(v) + FLOATS[dtype].suffix
     if dtype == "bool":
         return "1" if value else "0"
     if dtype not in _INT_MAX and dtype not in ("int64", "uint64"):
@@ -61,21 +78,21 @@ def literal(value, dtype: str, d) -> str:
     return f"(({d.type(dtype)}){d.uconst(int(value), 64)})"
 
 
-def inf_of(dtype: str) -> str:
+def inf_of(dtype: str, d) -> str:
     """+infinity in ``dtype``'s compute type."""
-    return literal(math.inf, dtype, None)
+    return literal(math.inf, dtype, d)
 
 
-def nan_of(dtype: str) -> str:
+def nan_of(dtype: str, d) -> str:
     """A quiet NaN in ``dtype``'s compute type."""
-    return literal(math.nan, dtype, None)
+    return literal(math.nan, dtype, d)
 
 
 def highest_of(dtype: str, d) -> str:
     """The largest value of ``dtype``: +inf for floats (the identity of min), the largest
     integer otherwise (hex where a decimal would need a suffix or a sum)."""
     if dtype in FLOATS:
-        return inf_of(dtype)
+        return inf_of(dtype, d)
     if dtype == "int64":
         return "0x7FFFFFFFFFFFFFFF" + d.u64_suffix.removeprefix("U")
     if dtype == "uint64":

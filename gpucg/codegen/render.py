@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..shape import DTYPES
 from . import literals
 from .dialect import Dialect
-from .warp import swizzle
+from .smem import swizzle
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -249,6 +249,16 @@ def _literal(ctx, value, dtype) -> str:
 
 
 @jinja2.pass_context
+def _inf(ctx, dtype) -> str:
+    return literals.inf_of(dtype, ctx["d"])
+
+
+@jinja2.pass_context
+def _nan(ctx, dtype) -> str:
+    return literals.nan_of(dtype, ctx["d"])
+
+
+@jinja2.pass_context
 def _lowest(ctx, dtype) -> str:
     return literals.lowest_of(dtype, ctx["d"])
 
@@ -256,6 +266,27 @@ def _lowest(ctx, dtype) -> str:
 @jinja2.pass_context
 def _highest(ctx, dtype) -> str:
     return literals.highest_of(dtype, ctx["d"])
+
+
+#: name -> fn(*args) of a kernel family's geometry (its tiles, plan, fragment addresses): the
+#: one definition its template (``geometry(name, ...)``) and its strategy both call
+_GEOMETRIES: dict = {}
+
+
+def register_geometry(name: str, fn) -> None:
+    """Let templates call ``geometry(name, *args)``: ``fn(*args)``, the object a kernel
+    family's strategy also builds (an implementation's shared memory and registers are sized
+    from the same object the template renders)."""
+    _GEOMETRIES[name] = fn
+
+
+def _geometry(name: str, *args):
+    try:
+        fn = _GEOMETRIES[name]
+    except KeyError:
+        raise InputError(f"no kernel geometry {name!r} is registered; known: "
+                         f"{', '.join(sorted(_GEOMETRIES))}") from None
+    return fn(*args)
 
 
 @functools.lru_cache(maxsize=1)
@@ -269,13 +300,19 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.globals.update(mul=mul, add=add, div=div, mod=mod, as_int=as_int, as_idx=as_idx,
-                       guard=guard, literal=_literal, inf_of=literals.inf_of,
-                       nan_of=literals.nan_of, lowest_of=_lowest, highest_of=_highest,
+                       guard=guard, literal=_literal, inf_of=_inf,
+                       nan_of=_nan, lowest_of=_lowest, highest_of=_highest,
                        swizzle=swizzle)
     env.filters["block"] = block
+    from .gemm_core import gemm_core
+    from .ix import Ix
     from .tile_layout import simt_tile
 
-    env.globals["simt_tile"] = simt_tile
+    from .mma_atom import atom, permuted_row, scores_as_a
+
+    env.globals.update(simt_tile=simt_tile, gemm_core=gemm_core, Ix=Ix, mma_atom=atom,
+                       scores_as_a=scores_as_a, permuted_row=permuted_row,
+                       geometry=_geometry)
     return env
 
 

@@ -5,6 +5,7 @@ functions); gpucg.builtin loads them with their strategies when gpucg is importe
 """
 
 from .attention import attention
+from .attention_varlen import attention_varlen
 from .batch_norm import batch_norm, fold_batch_norm
 from .conv2d import conv2d
 from .conv2d_winograd import (conv2d_winograd_without_weight_transform,
@@ -44,4 +45,4 @@ __all__ = ["Fused", "attention", "abs", "add", "argsort", "batch_matmul", "broad
            "strided_slice", "take", "batch_norm", "fold_batch_norm",
            "silu_and_mul", "gelu_and_mul", "rotary_embedding", "dense_int4", "dense_int8",
            "dense_fp8", "silu", "hardswish", "hardsigmoid", "softplus", "mish", "elu", "selu",
-           "paged_attention", "kv_cache_write"]
+           "paged_attention", "kv_cache_write", "attention_varlen"]

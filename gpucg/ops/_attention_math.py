@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import sympy
 
-from ..errors import AttrError, InputError, describe, require_int
+from ..errors import AttrError, DTypeError, InputError, describe, require_int
 
 
 def window_attr(value) -> int | None:
@@ -54,6 +55,36 @@ def check_slopes(slopes, hq, op: str) -> None:
     if slopes is not None and isinstance(hq, (int, np.integer)) and len(slopes) != int(hq):
         raise InputError(f"{op}: alibi_slopes has {len(slopes)} values, but q has {hq} heads; "
                          "give one slope a query head")
+
+
+def need(op: str, name: str, t, ndim: int, dtypes, what: str, like=None) -> None:
+    """InputError unless ``t`` has rank ``ndim`` (``what`` says its axes), DTypeError unless
+    its dtype is one of ``dtypes`` (and ``like``'s, when given)."""
+    if t.ndim != ndim:
+        raise InputError(f"{op}: {name} has rank {t.ndim} (shape {t.shape}); it must be "
+                         f"{ndim}-D, {what}")
+    if t.dtype not in dtypes:
+        raise DTypeError(f"{op}: {name} dtype {t.dtype!r} is not supported; allowed: "
+                         f"{', '.join(dtypes)}")
+    if like is not None and t.dtype != like[1]:
+        raise DTypeError(f"{op}: {name} dtype {t.dtype} must equal {like[0]}'s ({like[1]})")
+
+
+def head_constraints(op: str, hq, hkv, slopes, kv: str = "k's and v's") -> list:
+    """The rules on head counts: Hq a multiple of Hkv (``kv``: whose heads those are), one
+    ALiBi slope a query head."""
+    from ..op import Constraint
+
+    out = []
+    if sympy.sympify(hkv) != 0:  # (printed, a remainder by a size 0 at run time is no error)
+        out.append(Constraint(sympy.Eq(sympy.Mod(sympy.sympify(hq), sympy.sympify(hkv)), 0),
+                              f"{op}: q's heads ({{}}) must be a multiple of {kv} heads ({{}}) "
+                              "(grouped-query attention)", (hq, hkv)))
+    if slopes is not None:
+        out.append(Constraint(sympy.Eq(sympy.sympify(hq), len(slopes)),
+                              f"{op}: q has {{}} heads, but alibi_slopes has {len(slopes)} "
+                              "values (one a query head)", (hq,)))
+    return out
 
 
 def attend64(q, k, v, *, scale: float, softcap=None, causal=False, window=None, slopes=None,
@@ -141,5 +172,5 @@ def check_cu_seqlens(cu, total: int, name: str, op: str) -> None:
         raise InputError(f"{op}: {name}[{i + 1}] = {int(c[i + 1])} is below {name}[{i}] = "
                          f"{int(c[i])}; cumulative lengths never decrease")
     if c[-1] != total:
-        raise InputError(f"{op}: {name}[-1] = {int(c[-1])} must equal the rows it indexes "
-                         f"({total})")
+        raise InputError(f"{op}: {name}[{c.size - 1}] = {int(c[-1])}, its last entry, must "
+                         f"equal the rows it indexes ({total})")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import AttrError, InputError, describe, require_int
+from ..op import added_attr
 from ..shape import DTYPES, dtype_name, normalize_axis
 from ._axes import axis_attr
 
@@ -30,14 +31,24 @@ def _int_tuple(name: str, value, allow_none: bool = False):
     return tuple(require_int(f"{name}[{i}]", v) for i, v in enumerate(value))
 
 
+#: take's modes for an index out of range, as NumPy's
+TAKE_MODES = ("raise", "clip", "wrap")
+
+
 @dataclass(frozen=True)
-class AxisAttrs:
-    """take's axis: None flattens the input first."""
+class TakeAttrs:
+    """take's axis (None flattens the input first) and mode: "raise" (an out-of-range index
+    is an InputError), "clip" (clamped to the axis; negative indices become 0) or "wrap"
+    (taken modulo the axis length), as np.take's."""
 
     axis: int | None = None
+    mode: str = added_attr("raise", before="raise")
 
     def __post_init__(self):
         object.__setattr__(self, "axis", axis_attr(self.axis, allow_tuple=False))
+        if self.mode not in TAKE_MODES:
+            raise AttrError(f"take: mode={describe(self.mode)} is not allowed; allowed: "
+                            f"{', '.join(map(repr, TAKE_MODES))}")
 
 
 @dataclass(frozen=True)

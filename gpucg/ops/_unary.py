@@ -6,7 +6,8 @@ epilogue and the operator of the same name cannot differ.
 
 Special values follow NumPy and PyTorch: NaN in, NaN out (relu and clip keep NaN, unlike
 C's fmax); signed zeros where the function has them (gelu(-0.0) is -0.0, relu(-0.0) is
-+0.0 as np.maximum gives); limits at the infinities (gelu(-inf) is -0.0, not -inf * 0).
++0.0 as np.maximum gives); infinities as PyTorch has them (gelu(-inf) is -inf * 0 = NaN, as
+torch.nn.functional.gelu gives for both forms; gelu(inf) is inf).
 The gelus are written without cancellation: x * Phi(x) as x * erfc(-x / sqrt 2) / 2, the tanh
 form as x * sigmoid(2u) (not x (1 + tanh u) / 2, which loses everything for large negative x).
 """
@@ -19,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..codegen.literals import literal, max_finite
+from ..codegen.literals import literal
 from ._erf import erf, half_erfc_times
 
 _SQRT_HALF = 1 / math.sqrt(2)
@@ -36,10 +37,6 @@ class Lit:
     def __call__(self, value) -> str:
         return literal(value, self.dtype, self.d)
 
-    @property
-    def lowest_finite(self) -> str:
-        return self(-max_finite(self.dtype))
-
 
 @dataclass(frozen=True)
 class Unary:
@@ -53,15 +50,10 @@ class Unary:
     grad: Callable
 
 
-def _finite_below(x):
-    """x with -inf raised to the lowest finite value (a factor that meets a zero)."""
-    return np.maximum(x, -np.finfo(x.dtype).max)
-
-
 def _gelu_np(x, attrs):
     if attrs.get("approximate", "none") == "tanh":
-        return _finite_below(x) / (1 + np.exp(x.dtype.type(-_TANH_2U) * (x + x.dtype.type(0.044715) * x * x * x)))
-    return half_erfc_times(x * -_SQRT_HALF, _finite_below(x))
+        return x / (1 + np.exp(x.dtype.type(-_TANH_2U) * (x + x.dtype.type(0.044715) * x * x * x)))
+    return half_erfc_times(x * -_SQRT_HALF, x)
 
 
 def gelu_in_place(x: np.ndarray) -> np.ndarray:
@@ -71,17 +63,15 @@ def gelu_in_place(x: np.ndarray) -> np.ndarray:
     flat = x.reshape(-1)
     for i in range(0, flat.size, _GELU_BLOCK):
         xb = flat[i:i + _GELU_BLOCK]
-        half_erfc_times(xb * -_SQRT_HALF, _finite_below(xb), out=xb)
+        half_erfc_times(xb * -_SQRT_HALF, xb.copy(), out=xb)
     return x
 
 
 def _gelu_c(x, lit, attrs):
-    # fmax drops NaN, harmlessly here: the other factor is NaN then
-    low = f"fmax({x}, {lit.lowest_finite})"
     if attrs.get("approximate", "none") == "tanh":
         cubic = f"{lit(0.044715)} * {x} * {x} * {x}"
-        return f"({low} / ({lit(1)} + exp({lit(-_TANH_2U)} * ({x} + {cubic}))))"
-    return f"({low} * ({lit(0.5)} * erfc({x} * {lit(-_SQRT_HALF)})))"
+        return f"({x} / ({lit(1)} + exp({lit(-_TANH_2U)} * ({x} + {cubic}))))"
+    return f"({x} * ({lit(0.5)} * erfc({x} * {lit(-_SQRT_HALF)})))"
 
 
 _GELU_T = ("tanh(multiply(0.7978845608028654, add(x1, multiply(0.044715, "

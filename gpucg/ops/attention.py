@@ -9,7 +9,16 @@ multi-query attention). The semantics are those of torch's scaled_dot_product_at
 - window w: query i sees keys j with i' - w <= j <= i' (i' = i + Skv - Sq; a window bounds
   both sides, causal or not); alibi_slopes: the scores gain -slope_h * |i' - j| (one slope a
   query head, FlashAttention's convention);
-- a row that sees no key (fully masked, or Skv = 0) gives zeros, and its log-sum-exp is -inf.
+- a row that sees no key (fully masked, or Skv = 0) gives zeros, and its log-sum-exp is -inf;
+- special values as torch's math backend (softmax, then the weights times v): a NaN or +inf
+  score (from q, k, the mask) makes its row NaN, a -inf one weighs 0, and a key's weight of
+  0 still multiplies its v (an infinity or NaN in v reaches every row of the columns it is
+  in, a row that sees no key too), on every target and implementation alike. One exception:
+  with causal (or a window), the keys outside a row's band are not read by the kernels'
+  skipped tiles, so an infinity or NaN in their v reaches that row or not depending on the
+  tiling (torch's math backend: NaN);
+- zero heads give empty outputs; k and v without heads where q has some, or D = 0, are an
+  InputError.
 The mask, broadcastable to (B, Hq, Sq, Skv) (always in that order), is boolean (True: the key
 takes part, as torch's) or additive (any float dtype). float16 and bfloat16 are computed with
 float32 accumulation and softmax. ``return_lse`` adds the float32 (B, Hq, Sq) log-sum-exp of
@@ -30,7 +39,8 @@ from ..op import (Case, Constraint, KernelInfo, OpPattern, added_attr, register_
                   register_op)
 from ..shape import TensorType, var
 from ._attention_grad import attention_gradient
-from ._attention_math import attend64, check_slopes, slopes_attr, window_attr
+from ._attention_math import (attend64, check_slopes, head_constraints, slopes_attr,
+                              window_attr)
 from .dense import tf32_attr
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -133,13 +143,13 @@ def _constraints(inputs, attrs):
            Constraint(eq(v[1], k[1]), "attention: v has {} heads, but k has {}", (v[1], k[1])),
            Constraint(eq(v[2], k[2]), "attention: v has sequence length {}, but k has {}",
                       (v[2], k[2])),
-           Constraint(eq(sympy.Mod(sympy.sympify(q[1]), sympy.sympify(k[1])), 0),
-                      "attention: q's heads ({}) must be a multiple of k's and v's heads ({}) "
-                      "(grouped-query attention)", (q[1], k[1]))]
-    if attrs.alibi_slopes is not None:
-        n = len(attrs.alibi_slopes)
-        out.append(Constraint(eq(q[1], n), f"attention: q has {{}} heads, but alibi_slopes has "
-                              f"{n} values (one a query head)", (q[1],)))
+           Constraint(sympy.Or(sympy.sympify(k[1]) >= 1, eq(q[1], 0)),
+                      "attention: k and v have {} heads but q has {}; allowed: at least one "
+                      "k and v head where q has heads (q's without heads give empty outputs)",
+                      (k[1], q[1])),
+           Constraint(sympy.sympify(q[3]) >= 1, "attention: the head dim D is {}; allowed: "
+                      "D >= 1 (q, k and v rows of at least one element)", (q[3],)),
+           *head_constraints("attention", q[1], k[1], attrs.alibi_slopes)]
     if len(inputs) == 4:
         full = (q[0], q[1], q[2], k[2])
         mshape = inputs[3].shape

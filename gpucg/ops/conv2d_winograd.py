@@ -24,6 +24,17 @@ from .conv2d import (ACTIVATIONS, DATA_LAYOUTS, DTYPES, KERNEL_LAYOUTS, Conv2dAt
 
 WINOGRAD_TILES = (2, 4)
 
+#: what every Winograd implementation does to special values, inherent to the method (explain
+#: shows it beside the implementation: gpucg.implementation.with_numerics)
+NUMERICS = ("an infinite input gives NaN where the direct convolution gives +-inf (the "
+            "transforms add and subtract inputs and products: inf - inf); finite results "
+            "agree within rounding")
+#: the same for winograd_mma, whose transformed tiles are float16 for the tensor cores
+NUMERICS_16 = ("an infinite input gives NaN where the direct convolution gives +-inf (inf - "
+               "inf in the transforms), and so may inputs near float16's range: the "
+               "transformed tiles and products are float16 for the tensor cores and overflow "
+               "where the direct sum (float32) does not; finite results agree within rounding")
+
 
 # -- the transforms ---------------------------------------------------------------------------
 

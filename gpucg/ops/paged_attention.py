@@ -24,11 +24,11 @@ import numpy as np
 import sympy
 
 from ..eager import call
-from ..errors import DTypeError, InputError
+from ..errors import DTypeError
 from ..op import Case, Constraint, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, var
 from ._attention_math import (attend64, check_slopes, check_slots, check_tables,
-                              default_scale, slopes_attr, window_attr)
+                              default_scale, head_constraints, need, slopes_attr, window_attr)
 from .attention import DTYPES, _opt_float
 
 INDEX_DTYPES = ("int32",)
@@ -52,29 +52,17 @@ class PagedAttentionAttrs:
         object.__setattr__(self, "alibi_slopes", slopes_attr(self.alibi_slopes))
 
 
-def _need(op, name, t, ndim, dtypes, what):
-    if t.ndim != ndim:
-        raise InputError(f"{op}: {name} has rank {t.ndim} (shape {t.shape}); it must be "
-                         f"{ndim}-D, {what}")
-    if t.dtype not in dtypes:
-        raise DTypeError(f"{op}: {name} dtype {t.dtype!r} is not supported; allowed: "
-                         f"{', '.join(dtypes)}")
-
-
-def _caches(op, q_dtype, kc, vc):
+def _caches(op, like, kc, vc):
     for name, t in (("k_cache", kc), ("v_cache", vc)):
-        _need(op, name, t, 4, DTYPES, "(num_blocks, block_size, Hkv, D)")
-        if t.dtype != q_dtype:
-            raise DTypeError(f"{op}: {name} dtype {t.dtype} must equal the new tokens' "
-                             f"({q_dtype})")
+        need(op, name, t, 4, DTYPES, "(num_blocks, block_size, Hkv, D)", like)
 
 
 def _paged_rel(inputs, attrs):
     q, kc, vc, bt, sl = inputs
-    _need("paged_attention", "q", q, 4, DTYPES, "(B, Sq, Hq, D)")
-    _caches("paged_attention", q.dtype, kc, vc)
-    _need("paged_attention", "block_table", bt, 2, INDEX_DTYPES, "(B, max_blocks)")
-    _need("paged_attention", "seq_lens", sl, 1, INDEX_DTYPES, "(B,)")
+    need("paged_attention", "q", q, 4, DTYPES, "(B, Sq, Hq, D)")
+    _caches("paged_attention", ("q", q.dtype), kc, vc)
+    need("paged_attention", "block_table", bt, 2, INDEX_DTYPES, "(B, max_blocks)")
+    need("paged_attention", "seq_lens", sl, 1, INDEX_DTYPES, "(B,)")
     check_slopes(attrs.alibi_slopes, q.shape[2], "paged_attention")
     return TensorType(q.shape, q.dtype)
 
@@ -94,9 +82,7 @@ def _paged_constraints(inputs, attrs):
     out = _same_caches("paged_attention", kc, vc) + [
         Constraint(_eq(kc[3], q[3]), "paged_attention: the caches have head dim {}, but q has {}",
                    (kc[3], q[3])),
-        Constraint(_eq(sympy.Mod(sympy.sympify(q[2]), sympy.sympify(kc[2])), 0),
-                   "paged_attention: q's heads ({}) must be a multiple of the caches' heads ({}) "
-                   "(grouped-query attention)", (q[2], kc[2])),
+        *head_constraints("paged_attention", q[2], kc[2], attrs.alibi_slopes, "the caches'"),
         Constraint(_eq(bt[0], q[0]), "paged_attention: block_table has {} rows, but q has "
                    "batch {}", (bt[0], q[0])),
         Constraint(_eq(sl[0], q[0]), "paged_attention: seq_lens has {} entries, but q has "
@@ -104,10 +90,6 @@ def _paged_constraints(inputs, attrs):
         Constraint(sympy.Le(sympy.sympify(kc[0]) * kc[1], 2**31 - 1),
                    "paged_attention: the caches hold {} x {} tokens; at most 2**31 - 1 are "
                    "addressed", (kc[0], kc[1]))]
-    if attrs.alibi_slopes is not None:
-        n = len(attrs.alibi_slopes)
-        out.append(Constraint(_eq(q[2], n), f"paged_attention: q has {{}} heads, but "
-                              f"alibi_slopes has {n} values (one a query head)", (q[2],)))
     return out
 
 
@@ -205,11 +187,9 @@ register_op("paged_attention", attrs=PagedAttentionAttrs, num_inputs=5,
 def _write_rel(inputs, attrs):
     k, v, kc, vc, sm = inputs
     for name, t in (("k", k), ("v", v)):
-        _need("kv_cache_write", name, t, 3, DTYPES, "(T, Hkv, D)")
-    if v.dtype != k.dtype:
-        raise DTypeError(f"kv_cache_write: v dtype {v.dtype} must equal k's ({k.dtype})")
-    _caches("kv_cache_write", k.dtype, kc, vc)
-    _need("kv_cache_write", "slot_mapping", sm, 1, SLOT_DTYPES, "(T,)")
+        need("kv_cache_write", name, t, 3, DTYPES, "(T, Hkv, D)", ("k", k.dtype))
+    _caches("kv_cache_write", ("k", k.dtype), kc, vc)
+    need("kv_cache_write", "slot_mapping", sm, 1, SLOT_DTYPES, "(T,)")
     return TensorType(kc.shape, kc.dtype), TensorType(vc.shape, vc.dtype)
 
 

@@ -168,7 +168,7 @@ def _cases(op: str):
                 c(3, 40, 96, "float16", "small", "GEMV, K past a warp's chunk", g=32,
                   zeros=int4, skip={"quant_gemm": "the GEMM case simulates it (Oclgrind's "
                                                   "time)"}),
-                c(17, 37, 96, "float32", "small", "GEMM, ragged tiles", g=32, bias=True),
+                c(17, 29, 96, "float32", "small", "GEMM, ragged tiles", g=32, bias=True),
                 c(2, 9, 40, "float16", "small", "odd K: scalar accesses", g=40, zeros=int4,
                   bias=True)]
     return cases

@@ -1,4 +1,8 @@
-"""Scan operators: cumsum and cumprod (inclusive or exclusive, any axis)."""
+"""Scan operators: cumsum and cumprod (inclusive or exclusive, any axis).
+
+float16 and bfloat16 accumulate in float32, as torch.cumsum does (NumPy would accumulate in
+float16): each output is the float32 running sum or product rounded once to the output dtype.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,22 @@ import numpy as np
 
 from ..eager import call
 from ..errors import AttrError, DTypeError, describe, require_bool
-from ..op import Case, OpPattern, register_op
+from ..half import numpy_dtype
+from ..op import Case, KernelInfo, OpPattern, register_op
 from ..shape import TensorType, dtype_name, normalize_axis, split_axis
 from ._axes import flat_axis
 
 #: input dtypes scan accepts, and the dtypes it can produce
 OUT_DTYPES = ("int32", "int64", "float32", "float64", "int8", "int16", "uint8", "uint16",
-              "uint32", "uint64")
+              "uint32", "uint64", "float16", "bfloat16")
 IN_DTYPES = ("bool",) + OUT_DTYPES
+#: stored in 16 bits, accumulated in float32
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def acc_dtype(out_dtype: str) -> str:
+    """The dtype a scan producing ``out_dtype`` accumulates in (float32 for 16-bit floats)."""
+    return "float32" if out_dtype in HALF_DTYPES else out_dtype
 
 
 @dataclass(frozen=True)
@@ -70,31 +82,36 @@ def _type_rel(op: str):
     return rel
 
 
+def scan_numpy(data: np.ndarray, kind: str, axis, out_dtype: str, exclusive: bool,
+               reverse: bool) -> np.ndarray:
+    """np.cumsum or np.cumprod (``kind`` "sum" or "prod") along ``axis`` (None: of the
+    flattened data) in the accumulation dtype, from the end where ``reverse``, shifted by one
+    (the identity first) where ``exclusive``; as ``out_dtype``."""
+    acc = np.dtype(acc_dtype(out_dtype))
+    if axis is None:
+        data, axis = np.ravel(data), 0
+    if data.dtype.name in HALF_DTYPES:
+        data = data.astype(np.float32)  # exact; ml_dtypes' bfloat16 has no accumulating ufunc
+    if reverse:  # scan the reversed axis, then reverse back
+        data = np.flip(data, axis)
+    out = (np.cumsum if kind == "sum" else np.cumprod)(data, axis=axis, dtype=acc)
+    if exclusive and out.shape[axis]:
+        out = np.concatenate([np.full_like(out.take([0], axis=axis), 0 if kind == "sum" else 1),
+                              out.take(np.arange(out.shape[axis] - 1), axis=axis)], axis=axis)
+    if reverse:
+        out = np.flip(out, axis)
+    if out.dtype == numpy_dtype(out_dtype):
+        return out
+    with np.errstate(over="ignore"):  # a float32 sum past float16's range stores inf
+        return out.astype(numpy_dtype(out_dtype))
+
+
 def reference(kind: str):
     """The NumPy reference of a scan whose combine is "sum" or "prod": ``ref(data, attrs)``."""
     def ref(data: np.ndarray, attrs: ScanAttrs) -> np.ndarray:
-        dtype = attrs.dtype or default_out_dtype(np.dtype(data.dtype).name)
-        fn = np.cumsum if kind == "sum" else np.cumprod
-        if attrs.axis is None:
-            data = np.ravel(data)
-            axis = 0
-        else:
-            axis = normalize_axis(attrs.axis, data.ndim)
-        if attrs.reverse:  # scan the reversed axis, then reverse back
-            data = np.flip(data, axis)
-        out = fn(data, axis=axis, dtype=dtype)
-        if attrs.exclusive and out.shape[axis] > 0:
-            shifted = np.empty_like(out)
-            head = [slice(None)] * out.ndim
-            head[axis] = slice(0, 1)
-            rest = [slice(None)] * out.ndim
-            rest[axis] = slice(1, None)
-            body = [slice(None)] * out.ndim
-            body[axis] = slice(0, -1)
-            shifted[tuple(head)] = 0 if kind == "sum" else 1
-            shifted[tuple(rest)] = out[tuple(body)]
-            out = shifted
-        return np.flip(out, axis) if attrs.reverse else out
+        dtype = attrs.dtype or default_out_dtype(dtype_name(data.dtype, "data"))
+        axis = None if attrs.axis is None else normalize_axis(attrs.axis, data.ndim)
+        return scan_numpy(data, kind, axis, dtype, attrs.exclusive, attrs.reverse)
     return ref
 
 
@@ -115,7 +132,9 @@ def _cases():
              Case((t((9001,), "float32"),), {"axis": 0}, "small", "1-D, several tiles"),
              Case((t((2, 8200), "float64"),), {"axis": 1, "reverse": True}, "small",
                   "long rows, reverse"),
-             Case((t((600, 2, 9), "float32"),), {"axis": 0}, "small", "long columns")]
+             Case((t((600, 2, 9), "float32"),), {"axis": 0}, "small", "long columns"),
+             Case((t((3, 2053), "float16"),), {"axis": 1, "exclusive": True}, "small",
+                  "float16 rows, float32 sums")]
     return bench + small
 
 
@@ -123,7 +142,7 @@ for _name, _kind in (("cumsum", "sum"), ("cumprod", "prod")):
     register_op(
         _name, attrs=ScanAttrs, num_inputs=1, type_rel=_type_rel(_name),
         pattern=OpPattern.OPAQUE, reference=reference(_kind), input_names=("data",),
-        cases=_cases,
+        cases=_cases, kernel_info=KernelInfo(storage_dtypes=HALF_DTYPES),
         doc=f"{'Cumulative sum' if _kind == 'sum' else 'Cumulative product'} along an axis.",
     )
 
@@ -136,7 +155,7 @@ def cumsum(data, axis=None, dtype=None, exclusive=False, reverse=False, *, targe
             their device.
         axis: the axis to scan; negative counts from the end; None flattens first.
         dtype: output and accumulation dtype; default as NumPy (bool and signed integers ->
-            int64, unsigned ones -> uint64).
+            int64, unsigned ones -> uint64); float16 and bfloat16 accumulate in float32.
         exclusive: if True, the first element is 0 and element i sums the elements before i.
         reverse: if True, scan from the end (element i sums elements i..; with exclusive,
             the elements after i, as ONNX's CumSum).

@@ -6,16 +6,19 @@ split(x, indices_or_sections, axis=0)             np.split: a list of arrays
 strided_slice(x, begin, end, strides=None, axes=None)
                                                   ONNX Slice / NumPy slicing: negative indices
                                                   and steps, begin and end clamped to the axis
-take(x, indices, axis=None)                       np.take: axis None flattens x; negative
-                                                  indices wrap; an embedding lookup is
-                                                  take(table, ids, axis=0)
+take(x, indices, axis=None, mode="raise")         np.take: axis None flattens x; negative
+                                                  indices count from the end; an embedding
+                                                  lookup is take(table, ids, axis=0)
 flatten(x, axis=1)                                ONNX Flatten: 2-D at axis
 squeeze(x, axis=None) / expand_dims(x, axis)      np.squeeze / np.expand_dims
 cast(x, dtype)                                    x.astype(dtype)
 
-Out-of-range indices of take are an InputError on the host (numpy target); the kernels clamp
-them to the axis (after wrapping negative ones once) and never read out of bounds, without
-checking: checking would read the indices back from the device.
+take's out-of-range indices follow its mode on every target, as np.take's: "raise" (the
+default) is an InputError naming the first bad index and the axis length, "clip" clamps to
+the axis (negative indices become 0), "wrap" takes them modulo its length. The kernels check
+the indices where they live (on the device) and never read outside x: under "raise" a kernel
+counts the bad indices into one word that is read back after it (a synchronization), and the
+message is made from the indices then.
 
 cast on the numpy target is NumPy's astype (float to int truncates toward zero; NaN and
 out-of-range values give what NumPy gives, which depends on the platform). The kernels define
@@ -160,15 +163,40 @@ def _cast_rel(inputs, attrs):
 
 # -- NumPy references -------------------------------------------------------------------------
 
-def take_reference(x, indices, attrs):
-    """np.take, with out-of-range indices an InputError naming the first one."""
-    n = x.size if attrs.axis is None else x.shape[normalize_axis(attrs.axis, x.ndim)]
+def take_axis_length(shape, attrs) -> int:
+    """The length of the axis take indexes (the whole size where axis is None)."""
+    return (int(np.prod(shape, dtype=np.int64)) if attrs.axis is None
+            else int(shape[normalize_axis(attrs.axis, len(shape))]))
+
+
+def check_take_indices(indices, n: int, attrs) -> None:
+    """An InputError naming the first index out of range of an axis of length ``n``."""
     bad = (indices < -n) | (indices >= n) if indices.dtype.kind == "i" else indices >= n
     if np.any(bad):
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         raise InputError(f"take: indices{list(where)} = {int(indices[where])} is out of range "
-                         f"for axis={attrs.axis} of size {n}; allowed: {-n}..{n - 1}")
-    return np.take(x, indices.astype(np.int64), axis=attrs.axis)
+                         f"for axis={attrs.axis} of length {n}; allowed: {-n}..{n - 1} "
+                         "(mode='clip' clamps to the axis, mode='wrap' wraps around it)")
+
+
+def take_positions(indices, n: int, attrs):
+    """The int64 positions along the axis that take reads, by its mode (NumPy's rules)."""
+    if attrs.mode == "raise" or n == 0:
+        check_take_indices(indices, n, attrs)
+        return indices.astype(np.int64)
+    if indices.dtype.kind == "u":  # no negative values: compared as unsigned
+        u = indices.astype(np.uint64)
+        return (u % np.uint64(n) if attrs.mode == "wrap" else np.minimum(u, np.uint64(n - 1))
+                ).astype(np.int64)
+    q = indices.astype(np.int64)
+    return q % n if attrs.mode == "wrap" else np.clip(q, 0, n - 1)
+
+
+def take_reference(x, indices, attrs):
+    """np.take(x, indices, axis, mode): out-of-range indices an InputError naming the first
+    one under mode="raise"."""
+    return np.take(x, take_positions(indices, take_axis_length(x.shape, attrs), attrs),
+                   axis=attrs.axis)
 
 
 def cast_reference(x, attrs):
@@ -242,7 +270,7 @@ _REG = {
     "split": dict(attrs=sl.SplitAttrs, type_rel=_split_rel, static_axes=lambda a: _STATIC),
     "strided_slice": dict(attrs=sl.SliceAttrs, type_rel=_slice_rel,
                           static_axes=lambda a: _STATIC),
-    "take": dict(attrs=sl.AxisAttrs, num_inputs=2, type_rel=_take_rel,
+    "take": dict(attrs=sl.TakeAttrs, num_inputs=2, type_rel=_take_rel,
                  constraints=_take_rules, input_names=("x", "indices")),
     "flatten": dict(attrs=sl.FlattenAttrs, type_rel=_reshaped_rel("flatten")),
     "squeeze": dict(attrs=sl.AxesAttrs, type_rel=_reshaped_rel("squeeze")),
@@ -280,13 +308,14 @@ def strided_slice(x, begin, end, strides=None, axes=None, *, target=None):
                 axes=axes)
 
 
-def take(x, indices, axis=None, *, target=None):
-    """np.take(x, indices, axis): axis None indexes the flattened x; negative indices wrap.
-    Out-of-range indices are an InputError on the numpy target and are clamped to the axis by
-    the GPU kernels (see the module docstring)."""
+def take(x, indices, axis=None, mode="raise", *, target=None):
+    """np.take(x, indices, axis, mode): axis None indexes the flattened x; negative indices
+    count from the end. An index out of range is an InputError naming it and the axis length
+    (mode="raise"), clamped to the axis ("clip") or wrapped around it ("wrap"), the same on
+    every target."""
     if isinstance(indices, (list, tuple, int, np.integer)):
         indices = np.asarray(indices, np.int64)
-    return call("take", (x, indices), target=target, axis=axis)
+    return call("take", (x, indices), target=target, axis=axis, mode=mode)
 
 
 def flatten(x, axis=1, *, target=None):

@@ -108,11 +108,11 @@ def _low_occupancy(p) -> str:
 
 
 ATTENTION_SIMT = kernel_impl("attention_simt", _simt_run, main=Kernel(
-    "attention/simt.j2", {"split": False}, spills=_spills, low_occupancy=_low_occupancy,
+    "attention/simt.j2", {"split": False, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
     doc="a tile of query rows a work-group, keys and values streamed, online softmax"))
 ATTENTION_SPLIT = kernel_impl(
     "attention_split", _split_run,
-    part=Kernel("attention/simt.j2", {"split": True}, spills=_spills, low_occupancy=_low_occupancy,
+    part=Kernel("attention/simt.j2", {"split": True, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
                 doc="pass 1: a part of the keys a work-group, a partial output and its lse"),
     combine=Kernel("attention/combine.j2", derive=lambda p: {"wg": p["combine_wg"]},
                    doc="pass 2: the partial outputs combined by their log-sum-exps"))
@@ -245,9 +245,10 @@ def numpy_attention(q, k, v, mask, attrs):
         with np.errstate(invalid="ignore", divide="ignore"):
             if (l > 0).all():  # every row saw a key: the plain quotient, in place
                 ob, lb = np.divide(acc, l, out=acc), m + np.log(l)
-            else:
-                ob = np.where(l > 0, acc / np.where(l > 0, l, 1), 0)
-                lb = np.where(l > 0, m + np.log(np.where(l > 0, l, 1)), -np.inf)
+            else:  # a row that saw no key: its 0 * v sums (NaN where v is not finite)
+                seen = l != 0  # NaN rows stay NaN
+                ob = np.where(seen, acc / np.where(seen, l, 1), acc)
+                lb = np.where(seen, m + np.log(np.where(seen, l, 1)), -np.inf)
         o[:, :, q0:q1] = ob.reshape(b, hq, q1 - q0, d)
         if attrs.return_lse:
             lse[:, :, q0:q1] = lb.reshape(b, hq, q1 - q0)
@@ -275,10 +276,13 @@ def _host_run(ctx):
 NUMPY_ATTENTION = host_impl("numpy_attention", _host_run)
 
 
-def host_strategy(attrs, inputs, outputs, target):
-    s = Strategy(target)
-    s.add(NUMPY_ATTENTION, 10)
-    return s
+def host_only(impl):
+    """The host target's strategy of the attention operators: their one NumPy implementation."""
+    def strategy(attrs, inputs, outputs, target):
+        s = Strategy(target)
+        s.add(impl, 10)
+        return s
+    return strategy
 
 
-STRATEGIES = {"attention": {"gpu": gpu_strategy, "cpu": host_strategy}}
+STRATEGIES = {"attention": {"gpu": gpu_strategy, "cpu": host_only(NUMPY_ATTENTION)}}

@@ -34,6 +34,9 @@ D_MAX = 256
 MIN_CHUNK = 512
 #: 32-bit registers a thread's q rows and accumulators (2 * rpt * D / lk) may take
 REGS_MAX = 96
+#: registers a thread holds beside them (addresses, the softmax state, a chunk in flight):
+#: ptxas gives the default configs 72 to 96 in all (tests/resources/attention.json)
+REGS_BASE = 80
 
 
 def chunk_elems(eb: int) -> int:
@@ -91,7 +94,8 @@ def space_for(d: int, eb: int, group, smem_max: int, prefill: bool = False) -> C
 @dataclass(frozen=True)
 class DecodeInfo:
     """What the launch needs: the cache's layout ("BHSD", "BSHD" or "paged") and q's, the
-    log-sum-exp output, the ALiBi slopes, the window, the head dim and element bytes, the GPU's size."""
+    log-sum-exp output, the ALiBi slopes, the window, the head dim and element bytes, and the
+    target's capability record (its SMs and their limits: the splits fill two waves)."""
 
     kvlayout: str
     layout: str
@@ -100,10 +104,7 @@ class DecodeInfo:
     window: int
     d: int
     eb: int
-    sms: int
-    threads_per_sm: int
-    blocks_per_sm: int
-    smem_per_sm: int
+    caps: object
     #: (the attention kernels' shared launch arguments read it: the decode kernel takes none)
     has_mask: bool = False
 
@@ -115,11 +116,14 @@ def plan(info: DecodeInfo, config, work: int, rows: int, keys: int):
     tile = slots * config["rpt"]
     rowtiles = max(1, ceil_div(rows, tile))
     ryn = 1 << (ceil_div(min(rows, tile), config["rpt"]) - 1).bit_length() if rows else 1
-    per_sm = min(info.threads_per_sm // config["nt"], info.blocks_per_sm,
-                 info.smem_per_sm // max(1, smem_bytes(config, info.d, info.eb)))
+    caps = info.caps
+    regs_block = config["nt"] * (regs(config, info.d, info.eb) + REGS_BASE)
+    per_sm = min(caps.max_threads_per_sm // config["nt"], caps.max_blocks_per_sm,
+                 caps.smem_per_sm // max(1, smem_bytes(config, info.d, info.eb)),
+                 caps.regs_per_sm // regs_block)
     groups = max(1, work * rowtiles)
     bk = slots * config["kps"]
-    want = ceil_div(2 * info.sms * max(1, per_sm), groups)
+    want = ceil_div(2 * caps.sm_count * max(1, per_sm), groups)
     splits = max(1, min(want, keys // MIN_CHUNK))
     chunk = ceil_div(ceil_div(max(keys, 1), splits), bk) * bk
     splits = max(1, ceil_div(keys, chunk))
@@ -232,7 +236,6 @@ def offer(s, attrs, q, k, target, has_mask: bool) -> None:
                           attrs.return_lse)
     caps = target.capabilities
     info = DecodeInfo(attrs.layout, attrs.layout, attrs.return_lse, slopes, params["window"], d, eb,
-                      caps.sm_count, caps.max_threads_per_sm, caps.max_blocks_per_sm,
-                      caps.smem_per_sm)
+                      caps)
     s.add(ATTENTION_DECODE, plevel, condition=sympy.Le(sq, DECODE_SQ_MAX), info=info,
           space=space_for(d, eb, group, caps.smem_static_max), fixed=params)

@@ -34,12 +34,12 @@ import sympy
 from ..codegen import dialect_for
 from ..half import half_format
 from ..space import ConfigSpace
-from ..implementation import Kernel, host_impl, kernel_impl
+from ..implementation import Kernel, host_impl, kernel_impl, with_numerics
 from ..ops import _epilogue
 from ..ops.conv2d import (Conv2dAttrs, Geometry, conv_geometry, epilogue, from_nchw,
                           host_view, to_nchw)
 from ..ops._window import is_same
-from ..ops.conv2d_winograd import transform_code, winograd_matrices
+from ..ops.conv2d_winograd import NUMERICS, transform_code, winograd_matrices
 from ..runtime.base import ceil_div
 from ..shape import INT_MAX
 from ..strategy import Strategy, only
@@ -142,12 +142,12 @@ _W_OUTPUT = Kernel("conv2d/winograd_output.j2",
 
 def _winograd_decl(m: int, transform: bool):
     if transform:
-        return kernel_impl(f"winograd_{m}x{m}", _winograd_transforming_run,
-                           weight=Kernel("conv2d/winograd_weight.j2",
-                                         doc="the weight transform G g G^T"),
-                           input=_W_INPUT, gemm=_W_GEMM, output=_W_OUTPUT)
-    return kernel_impl(f"winograd_{m}x{m}", _winograd_pretransformed_run,
-                       input=_W_INPUT, gemm=_W_GEMM, output=_W_OUTPUT)
+        return with_numerics(kernel_impl(
+            f"winograd_{m}x{m}", _winograd_transforming_run,
+            weight=Kernel("conv2d/winograd_weight.j2", doc="the weight transform G g G^T"),
+            input=_W_INPUT, gemm=_W_GEMM, output=_W_OUTPUT), NUMERICS)
+    return with_numerics(kernel_impl(f"winograd_{m}x{m}", _winograd_pretransformed_run,
+                                     input=_W_INPUT, gemm=_W_GEMM, output=_W_OUTPUT), NUMERICS)
 
 
 #: (tile, transforms the weight) -> declaration

@@ -32,7 +32,7 @@ from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..strategy import Strategy
 from . import attention_decode as dec
-from .attention import numpy_attention
+from .attention import host_only, numpy_attention
 
 
 def _paged_run(ctx, main, combine):
@@ -78,8 +78,7 @@ def paged_gpu(attrs, inputs, outputs, target):
                               attrs.window, attrs.alibi_slopes is not None, False)
     caps = target.capabilities
     info = dec.DecodeInfo("paged", "BSHD", False, attrs.alibi_slopes, params["window"], d, eb,
-                          caps.sm_count, caps.max_threads_per_sm, caps.max_blocks_per_sm,
-                          caps.smem_per_sm)
+                          caps)
     group = int(hq) // int(hkv) if sympy.sympify(hq).is_Integer and \
         sympy.sympify(hkv).is_Integer and int(hkv) else None
     smem = caps.smem_static_max
@@ -161,13 +160,5 @@ def _write_host(ctx):
 NUMPY_WRITE = host_impl("numpy_kv_write", _write_host)
 
 
-def _host(impl):
-    def strategy(attrs, inputs, outputs, target):
-        s = Strategy(target)
-        s.add(impl, 10)
-        return s
-    return strategy
-
-
-STRATEGIES = {"paged_attention": {"gpu": paged_gpu, "cpu": _host(NUMPY_PAGED)},
-              "kv_cache_write": {"gpu": write_gpu, "cpu": _host(NUMPY_WRITE)}}
+STRATEGIES = {"paged_attention": {"gpu": paged_gpu, "cpu": host_only(NUMPY_PAGED)},
+              "kv_cache_write": {"gpu": write_gpu, "cpu": host_only(NUMPY_WRITE)}}

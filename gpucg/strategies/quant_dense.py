@@ -78,14 +78,18 @@ def _gemv_space(on_cpu: bool, mr: int) -> ConfigSpace:
                         "vec": (False, True)}, default)
 
 
-def _gemm_space(kv: int, smem: int, m_rows) -> ConfigSpace:
+def _gemm_space(kv: int, smem: int, shape: tuple) -> ConfigSpace:
+    """The GEMM tile; ``shape``: (m, n), each an int where known, else None."""
     def ok(c):
         return (c["tm"] <= c["bm"] and c["tn"] <= c["bn"] and 16 <= work_group(c) <= 256
                 and (c["bk"] % kv == 0 or not c["vec"]) and local_bytes(c) <= smem)
     default = {"bm": 64, "bn": 64, "bk": 32 if kv == 32 else 16, "tm": 4, "tn": 4,
                "vec": True, "conflict_free": True}
-    if isinstance(m_rows, int) and m_rows <= 32:
-        default.update(bm=32, tm=2)
+    m_rows, n_cols = shape
+    if isinstance(m_rows, int) and m_rows <= 32:  # few rows: no idle tile rows
+        default.update(bm=32, tm=2 if n_cols is None or n_cols > 32 else 4)
+    if isinstance(n_cols, int) and n_cols <= 32:  # few columns (a narrow layer)
+        default.update(bn=32)
     return ConfigSpace({"bm": (16, 32, 64, 128), "bn": (32, 64, 128), "bk": (16, 32, 64),
                         "tm": (1, 2, 4, 8), "tn": (2, 4, 8), "vec": (False, True),
                         "conflict_free": (False, True)}, default, constraint=ok)
@@ -116,8 +120,8 @@ def gpu_strategy(op: str):
         s.add(QUANT_GEMV, 15, condition=m <= GEMV_MAX_M, needs=needs,
               space=_gemv_space(target.on_cpu, mr), fixed=dict(fixed, MR=mr))
         s.add(QUANT_GEMM, 10, needs=needs, fixed=fixed,
-              space=_gemm_space(kv, target.capabilities.smem_static_max,
-                                int(m) if m.is_Integer else None))
+              space=_gemm_space(kv, target.capabilities.smem_static_max, tuple(
+                  int(v) if v.is_Integer else None for v in (m, sympy.sympify(qw.shape[0])))))
         return s
     return strategy
 

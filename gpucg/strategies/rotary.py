@@ -3,8 +3,8 @@ host.
 
 rope: a (token, head) row of D dims is R / 2 / V units of V rotation pairs, then the copied
 dims; a work-group takes a chunk of one token's H rows, a work-item one unit k of several
-rows (the angles of k read once for all of them), and reads the token's position once: an out-of-range one is counted (RunContext.counter) and the host raises,
-naming it. The vector config (V pairs a unit: 128-bit loads of x, cos and sin, 128-bit
+rows (the angles of k read once for all of them), and reads the token's position once: an
+out-of-range one is counted (RunContext.counter) and the host raises, naming it. The vector config (V pairs a unit: 128-bit loads of x, cos and sin, 128-bit
 stores) needs R / 2 a multiple of V and D of x's vector (the shapes decide it) and x, cos
 and sin 16-byte aligned (the dispatcher checks); else V = 1.
 """

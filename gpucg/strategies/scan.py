@@ -29,9 +29,11 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
+from ..half import numpy_dtype
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..runtime.base import ceil_div
+from ..ops.scan import acc_dtype, scan_numpy
 from ..shape import alignment, normalize_axis, split_axis
 from ..strategy import Strategy
 
@@ -69,7 +71,7 @@ def _lookback_space(vw: int) -> ConfigSpace:
 def _lookback_needs(outer, n, in_dtype: str, reverse: bool):
     """vw > 1 reads x a vector at a time: x's address aligned to one, and each row's start
     (and, scanning from the end, its end) on a vector; else the same kernel with vw = 1."""
-    size = np.dtype(in_dtype).itemsize
+    size = numpy_dtype(in_dtype).itemsize
 
     def needs(config):
         vw = config["vw"]
@@ -102,18 +104,23 @@ def _device_run(ctx, scan, tile_reduce, scan_partials, tile_apply) -> None:
     if tiles <= 1:
         scan(x, y, ctx.size(n), grid=outer * (n > 0), block=wg)
         return
-    partial = ctx.empty((outer * tiles,), y.dtype)
-    carries = ctx.empty((outer * tiles,), y.dtype)
+    partial = ctx.empty((outer * tiles,), _acc(ctx))
+    carries = ctx.empty((outer * tiles,), _acc(ctx))
     tile_reduce(x, partial, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
     scan_partials(partial, carries, ctx.size(tiles), grid=outer, block=wg)
     tile_apply(x, y, carries, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
+
+
+def _acc(ctx) -> np.dtype:
+    """The dtype the scan accumulates in (its partial totals and status values)."""
+    return np.dtype(ctx.fixed["acc_dtype"])
 
 
 def _status(ctx, init, count: int):
     """The look-back's status of ``count`` tiles, cleared: flags (and the tile counter after
     them) and each tile's aggregate and inclusive prefix as 32-bit words."""
     flags = ctx.empty((count + 1,), np.uint32)
-    words = ctx.empty((2 * count * max(1, ctx.outputs[0].dtype.itemsize // 4),), np.uint32)
+    words = ctx.empty((2 * count * max(1, _acc(ctx).itemsize // 4),), np.uint32)
     init(flags, ctx.size(count), grid=ceil_div(count + 1, INIT_WG), block=INIT_WG)
     return flags, words
 
@@ -158,8 +165,8 @@ def _chunked_run(ctx, scan, chunk_reduce, scan_partials, chunk_scan) -> None:
     wg, s = ctx.config["wg"], ctx.size
     x, y = ctx.inputs[0], ctx.outputs[0]
     work = outer * chunks * inner
-    partial = ctx.empty((work,), y.dtype)
-    carries = ctx.empty((work,), y.dtype)
+    partial = ctx.empty((work,), _acc(ctx))
+    carries = ctx.empty((work,), _acc(ctx))
     grid = ceil_div(work, wg)
     chunk_reduce(x, partial, s(outer), s(n), s(inner), s(chunk), s(chunks), grid=grid, block=wg)
     scan_partials(partial, carries, s(outer), s(chunks), s(inner), s(chunks), s(1),
@@ -168,9 +175,10 @@ def _chunked_run(ctx, scan, chunk_reduce, scan_partials, chunk_scan) -> None:
 
 
 def _partials(p: dict) -> dict:
-    """The scan of partial totals reads them in the output dtype and shifts by one; they are
-    in scan order already (a reverse scan's partials too)."""
-    return {"in_dtype": p["out_dtype"], "exclusive": True, "reverse": False}
+    """The scan of partial totals reads and writes them in the accumulation dtype and shifts
+    by one; they are in scan order already (a reverse scan's partials too)."""
+    return {"in_dtype": p["acc_dtype"], "out_dtype": p["acc_dtype"], "exclusive": True,
+            "reverse": False}
 
 
 _ROW_SCAN = Kernel("scan/scan_rows.j2", doc="one work-group scans one row, tile by tile")
@@ -207,19 +215,8 @@ SCAN_CHUNKED = kernel_impl(
 
 
 def _numpy_scan_run(ctx):
-    """np.cumsum/np.cumprod (of the reversed axis for a reverse scan), then the shift by one of
-    an exclusive scan."""
-    fn, axis, dtype, exclusive, identity, reverse = ctx.info
-    x = ctx.inputs[0]
-    if axis is None:
-        x, axis = x.reshape(-1), 0
-    if reverse:
-        x = np.flip(x, axis)
-    out = fn(x, axis=axis, dtype=dtype)
-    if exclusive and out.shape[axis]:
-        out = np.concatenate([np.full_like(out.take([0], axis=axis), identity),
-                              out.take(np.arange(out.shape[axis] - 1), axis=axis)], axis=axis)
-    return np.flip(out, axis) if reverse else out
+    """The operator's own NumPy scan (np.cumsum/np.cumprod, float32 sums of 16-bit floats)."""
+    return scan_numpy(ctx.inputs[0], *ctx.info)
 
 
 NUMPY_SCAN = host_impl("numpy_scan", _numpy_scan_run)
@@ -230,8 +227,8 @@ def gpu_strategy(combine: str):
     def strategy(attrs, inputs, outputs, target):
         (data,), (out,) = inputs, outputs
         outer, n, inner = split_axis(data.shape, attrs.axis)
-        params = dict(in_dtype=data.dtype, out_dtype=out.dtype, combine=combine,
-                      exclusive=attrs.exclusive, reverse=attrs.reverse)
+        params = dict(in_dtype=data.dtype, out_dtype=out.dtype, acc_dtype=acc_dtype(out.dtype),
+                      combine=combine, exclusive=attrs.exclusive, reverse=attrs.reverse)
         on_cpu = target.on_cpu
         row_major = sympy.Eq(inner, 1)
         # plevels: GPUs prefer work-group scans on rows, and the look-back's single pass for
@@ -263,13 +260,11 @@ def gpu_strategy(combine: str):
 
 def host_strategy(combine: str):
     """np.cumsum/np.cumprod are the best host scans."""
-    fn, identity = (np.cumsum, 0) if combine == "sum" else (np.cumprod, 1)
-
     def strategy(attrs, inputs, outputs, target):
         axis = None if attrs.axis is None else normalize_axis(attrs.axis, inputs[0].ndim)
         s = Strategy(target)
-        s.add(NUMPY_SCAN, 10, info=(fn, axis, np.dtype(outputs[0].dtype), attrs.exclusive,
-                                    identity, attrs.reverse))
+        s.add(NUMPY_SCAN, 10, info=(combine, axis, outputs[0].dtype, attrs.exclusive,
+                                    attrs.reverse))
         return s
     return strategy
 

@@ -9,7 +9,8 @@ GPU implementations:
   copy          a contiguous copy, converting the dtype for cast (flatten, squeeze, expand_dims)
   take_gather   one work-item per output element of the (outer, m, inner) view: neighbouring
                 work-items read neighbouring elements of a row of x (an embedding lookup reads
-                whole contiguous rows)
+                whole contiguous rows); under mode "raise" the first m work-items also count
+                the out-of-range indices, read back after the launch
 The numpy target runs NumPy (np.concatenate, np.split, slicing, np.take, astype).
 """
 
@@ -22,7 +23,8 @@ from ..half import half_format
 from ..implementation import Kernel, host_impl, kernel_impl
 from ..op import get_op
 from ..ops import _slicing as sl
-from ..ops.transform import INTS, flatten_axis
+from ..errors import StrategyError
+from ..ops.transform import INTS, check_take_indices, flatten_axis
 from ..runtime.base import ceil_div
 from ..shape import normalize_axis
 from ..space import ConfigSpace
@@ -102,10 +104,19 @@ def _take_run(ctx, main) -> None:
     else:
         axis = normalize_axis(ctx.attrs.axis, x.ndim)
         inner, n = _slabs(x.shape, axis)[1], int(x.shape[axis])
-    total = _numel(y.shape)
+    total, m = _numel(y.shape), _numel(ind.shape)
     s, wg = ctx.size, ctx.config["wg"]
-    main(x, ind, y, s(total), s(_numel(ind.shape)), s(n), s(inner), grid=ceil_div(total, wg),
-         block=wg)
+    sizes = (s(total), s(m), s(n), s(inner))
+    if ctx.attrs.mode != "raise":
+        main(x, ind, y, *sizes, grid=ceil_div(total, wg), block=wg)
+        return
+    # the kernel counts out-of-range indices where they live; the message comes from them
+    bad = ctx.counter()
+    main(x, ind, y, bad, *sizes, grid=ceil_div(max(total, m), wg), block=wg)
+    if ctx.count(bad):
+        check_take_indices(ctx.backend.to_host(ind), n, ctx.attrs)
+        raise StrategyError(f"{ctx.impl.name}: the kernel counted {ctx.count(bad)} "
+                            "out-of-range indices that the host check does not find")
 
 
 _COPY = "transform/copy.j2"
@@ -141,7 +152,7 @@ def convert(src: str, dst: str, d) -> tuple[str, str]:
         return "v", "a copy"
     if dst == "bool":
         return "v != 0", "nonzero (NaN too) is 1"
-    if src.startswith("float") and dst in INTS:
+    if (half_format(src) or src.startswith("float")) and dst in INTS:
         info = np.iinfo(dst)
         hi, lo = _flit(2.0 ** (info.bits - (info.min < 0)), src), _flit(float(info.min), src)
         low = "0" if info.min == 0 else f"({ct}){lo}"
@@ -149,7 +160,7 @@ def convert(src: str, dst: str, d) -> tuple[str, str]:
                 "truncation toward zero; NaN is 0, out-of-range values saturate to "
                 f"[{info.min}, {info.max}]")
     rule = ("rounded to nearest even (float64 through float32; FP8 as gpucg/codegen/fp8.py "
-            "says)" if dst.startswith("float")
+            "says)" if dst.startswith("float") or half_format(dst)
             else "wraps modulo 2^bits as NumPy's astype" if src != "bool" else "0 or 1")
     return f"({ct})v", rule
 
@@ -197,7 +208,7 @@ def take_gpu(attrs, inputs, outputs, target):
         outer1, inner1 = all(d == 1 for d in x.shape[:axis]), all(d == 1 for d in x.shape[axis + 1:])
     s = Strategy(target)
     s.add(TAKE, 10, space=_WG, fixed=dict(
-        dtype=(x.dtype,), ind_dtype=(ind.dtype,), OUTER1=outer1, INNER1=inner1,
+        dtype=(x.dtype,), ind_dtype=(ind.dtype,), OUTER1=outer1, INNER1=inner1, mode=attrs.mode,
         fp64="float64" if x.dtype == "float64" else "float32"))
     return s
 
