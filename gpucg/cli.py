@@ -104,6 +104,15 @@ def cmd_dump(args) -> int:
 def cmd_explain(args) -> int:
     compiled = _compile(args)
     print(compiled.selection)
+    spaces = [c for c in compiled.selection.choices if c.impl.space.why is not None]
+    if spaces:
+        print("config spaces (what the target's limits rule out):")
+    for choice in spaces:
+        counts = choice.impl.space.pruned()
+        kept = counts.pop("", 0)
+        out = ", ".join(f"{n} {why}" for why, n in sorted(counts.items(), key=lambda x: -x[1]))
+        print(f"  {choice.impl.name}: config {choice.config.short()}; {kept} configs of "
+              f"{kept + sum(counts.values())}" + (f", pruned: {out}" if out else ""))
     from .verify import nvrtc
 
     if compiled.target.kind == "cuda" and nvrtc.available()[0]:

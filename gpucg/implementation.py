@@ -42,6 +42,9 @@ class Kernel:
         dynamic_local: ``template parameters -> bytes`` of the kernel's dynamic local
             (shared) buffer (gpucg/codegen/dynamic_local.py), which every launch of it gets;
             None: it has none.
+        smem_requests: ``template parameters -> requests``: one warp's shared-memory
+            requests, evaluated from the kernel's own address definitions, for the bank-conflict
+            check (gpucg.verify.banks.report); None: not modelled.
     """
 
     template: str
@@ -51,15 +54,18 @@ class Kernel:
     spills: str | Callable = ""
     low_occupancy: str | Callable = ""
     dynamic_local: Callable | None = None
+    smem_requests: Callable | None = None
 
     def __init__(self, template: str, fixed: Mapping | None = None, derive: Callable | None = None,
                  doc: str = "", spills: str | Callable = "", low_occupancy: str | Callable = "",
-                 *, params: Mapping | None = None, dynamic_local: Callable | None = None):
+                 *, params: Mapping | None = None, dynamic_local: Callable | None = None,
+                 smem_requests: Callable | None = None):
         if params is not None:
             fixed = _deprecated_params("Kernel", fixed, params)
         for name, value in (("template", template), ("fixed", MappingProxyType(dict(fixed or {}))),
                             ("derive", derive), ("doc", doc), ("spills", spills),
-                            ("low_occupancy", low_occupancy), ("dynamic_local", dynamic_local)):
+                            ("low_occupancy", low_occupancy), ("dynamic_local", dynamic_local),
+                            ("smem_requests", smem_requests)):
             object.__setattr__(self, name, value)
 
     @property

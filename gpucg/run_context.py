@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .codegen.signature import order, parameters
+
 
 class Launcher:
     """One kernel of the running implementation: call it to launch; compiled on first use."""
@@ -15,11 +17,18 @@ class Launcher:
         self.ctx = ctx
         self.key = key
 
-    def __call__(self, *args, grid: int, block: int) -> None:
+    def __call__(self, *args, grid, block: int, **named) -> None:
+        """Launch on ``grid`` work-groups (an int or (x, y, z)) of ``block``. Arguments by
+        position in the kernel's order, or by name (``named``, after any positional ones):
+        the kernel's own parameter list (gpucg.codegen.signature) orders and checks them."""
         ctx = self.ctx
         compiled = ctx.compiled
         program = compiled.program(ctx.index, self.key, ctx.wide)
-        shared = compiled.specs(ctx.index)[self.key].dynamic_local
+        spec = compiled.specs(ctx.index)[self.key]
+        shared = spec.dynamic_local
+        if named:
+            params = parameters(compiled.source(ctx.index, self.key, ctx.wide), spec.entry)
+            args = order(spec.entry, params, named, args)
         if compiled.launch_check is not None:
             compiled.launch_check(program, self.key, grid, block, shared)
         program(*args, grid=grid, block=block, shared=shared)

@@ -59,12 +59,18 @@ class ConfigSpace:
         added: knob name -> the value a config that leaves the knob out stands for, for a
             knob added after configs were recorded without it (the kernel they measured);
             a knob not named here is filled with its default.
+        why: config -> "" or why it is not in the space (a short reason shared by the configs
+            a limit rules out: "shared memory over 163 KiB"); the constraint where none is
+            given. :meth:`pruned` counts the configs by it (``gpucg explain`` prints them).
     """
 
     def __init__(self, knobs: dict | None = None, default: dict | Callable | None = None,
                  constraint: Callable[[Config], bool] | None = None,
-                 added: dict | None = None):
+                 added: dict | None = None, why: Callable[[Config], str] | None = None):
         self.knobs = {k: tuple(v) for k, v in (knobs or {}).items()}
+        self.why = why
+        if constraint is None and why is not None:
+            constraint = lambda c: not why(c)  # noqa: E731
         self.constraint = constraint
         self.added = {k: v for k, v in (added or {}).items() if k in self.knobs}
         self._default = None
@@ -123,6 +129,21 @@ class ConfigSpace:
     def __len__(self) -> int:
         """How many configs the space holds (it enumerates them: not for hot paths)."""
         return sum(1 for _ in self)
+
+    def pruned(self) -> dict:
+        """reason -> how many configs of the knobs' product it rules out (with ``why``; else
+        one reason, "the constraint"); "" counts the configs in the space. Enumerates the
+        product: for reports, not hot paths."""
+        names = list(self.knobs)
+        out: dict = {}
+        for values in itertools.product(*(self.knobs[n] for n in names)):
+            cfg = Config(zip(names, values))
+            if self.why is not None:
+                reason = self.why(cfg)
+            else:
+                reason = "" if self.constraint is None or self.constraint(cfg) else "the constraint"
+            out[reason] = out.get(reason, 0) + 1
+        return out
 
     def __bool__(self) -> bool:
         return True  # the default is always in the space; `space or ...` must not count it

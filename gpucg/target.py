@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 
 from . import settings
-from .errors import TargetError, TargetUnavailableError, describe
+from .arch import ARCHS, DEFAULT_ARCH, HOST, OPENCL_CPU, OPENCL_GPU, Capabilities, limits
+from .errors import InputError, TargetError, TargetUnavailableError, describe
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,9 @@ class Target:
         return self.device_type == "cpu"
 
     @property
-    def capabilities(self):
+    def capabilities(self) -> Capabilities:
         """What the target's hardware can do and its limits (gpucg.arch.Capabilities): every
         capability test and shared-memory budget of the strategies reads it."""
-        from .arch import capabilities
-
         return capabilities(self)
 
     def with_attrs(self, **attrs) -> "Target":
@@ -208,3 +207,40 @@ def require_usable(target: Target) -> None:
             f"target {str(target)!r} is not usable here: {reason}; "
             f"usable targets: {', '.join(usable_names())}"
         )
+
+
+def target_arch(target) -> str:
+    """The CUDA arch of a target: its -arch, else the device's it runs on here, else
+    DEFAULT_ARCH."""
+    arch = target.attrs.get("arch")
+    if arch:
+        return arch
+    from .runtime import backend_status, get_backend
+
+    if backend_status("cuda")[0]:
+        return getattr(get_backend("cuda"), "arch", DEFAULT_ARCH)
+    return DEFAULT_ARCH
+
+
+# -- capabilities --------------------------------------------------------------------------
+
+#: a backend -> fn(target) -> Capabilities; a registered target kind's backend adds its own
+_BY_BACKEND = {
+    "cuda": lambda t: ARCHS.get(target_arch(t)) or limits(target_arch(t)),
+    "opencl": lambda t: OPENCL_CPU if t.on_cpu else OPENCL_GPU,
+    "numpy": lambda t: HOST,
+}
+
+
+def register_capabilities(backend: str, fn) -> None:
+    """Have targets run by ``backend`` take their capabilities from ``fn(target)``."""
+    _BY_BACKEND[backend] = fn
+
+
+def capabilities(target) -> Capabilities:
+    """The capability record of ``target`` (gpucg.Target: ``target.capabilities``)."""
+    fn = _BY_BACKEND.get(target.backend)
+    if fn is None:
+        raise InputError(f"target {str(target)!r}: backend {target.backend!r} has no "
+                         f"capability record; known: {', '.join(_BY_BACKEND)}")
+    return fn(target)

@@ -94,9 +94,10 @@ SHAPES = [(2, 4, 2, 19, 45), (1, 4, 1, 1, 33), (1, 2, 1, 40, 70), (1, 2, 2, 9, 5
           (1, 2, 1, 3, 0)]
 
 
-#: two warps a work-group (the twin's default is one: the emulation's cost grows with it),
-#: three stages and small key tiles (more tiles in flight)
-DEEP = {"warps": 2, "bkv": 16, "stages": 3}
+#: two warps a work-group of two query atoms each (the twin's default is one warp of one: the
+#: emulation's cost grows with them), q fragments read from the q tile each k-step, three
+#: stages and small key tiles (more tiles in flight, unmasked ones among them)
+DEEP = {"warps": 2, "qm": 2, "bkv": 16, "stages": 3, "qres": False}
 
 
 def test_float16_gqa_causal_lse():
@@ -159,19 +160,30 @@ def test_selection():
         assert c["attention_split.cuda"].plevel > c["flash_mma.cuda"].plevel > \
             c["attention_simt.cuda"].plevel
     assert "stays exact float32" in _explain("float32", 64)["flash_mma.cuda"].reason
-    assert "D=256" in _explain("float16", 256)["flash_mma.cuda"].reason
+    # D=256 reads its q fragments from shared memory each k-step (the accumulators fill the
+    # registers)
+    assert _explain("float16", 256)["flash_mma.cuda"].verdict != "excluded"
     c = _explain("float16", 64, "opencl")
     assert c["flash_mma.opencl"].plevel < c["attention_simt.opencl"].plevel
 
 
 def test_space_is_pruned_by_the_resource_check():
-    for d, eb, kind in ((64, 2, "f16"), (128, 2, "f16"), (128, 4, "tf32"), (96, 2, "bf16")):
-        for small in (False, True):
-            space = attention_mma.space_for(d, kind, eb, small)
-            configs = list(space)
-            assert space.default in configs and configs
-            for c in configs:
-                assert attention_mma.smem_bytes(c, d, eb) <= 48 * 1024
-                assert attention_mma.regs(c, d, kind) <= attention_mma.REGS_MAX
-    assert attention_mma.space_for(256, "f16", 2, False) is None
-    assert attention_mma.cpr_pad(80, 2) == 16 and attention_mma.cpr_pad(64, 2) == 8
+    """Every config of the space fits the target's shared memory and the register estimate;
+    the GPU defaults at D=128 hold 128 query rows and 3 or more stages of dynamic shared
+    memory over 48 KiB on sm_80 and sm_90."""
+    from gpucg.arch import ARCHS
+
+    for limit in (ARCHS["sm_80"].smem_per_block_optin, ARCHS["sm_90"].smem_per_block_optin):
+        for d, kind in ((64, "f16"), (128, "f16"), (128, "tf32"), (96, "bf16"), (256, "f16")):
+            for small in (False, True):
+                space = attention_mma.space_for(d, kind, small, limit)
+                configs = list(space)
+                assert space.default in configs and configs
+                for c in configs:
+                    g = attention_mma.geometry(kind, d, **c)
+                    assert g.plan.bytes <= limit and g.regs() <= attention_mma.REGS_MAX
+        g = attention_mma.geometry("f16", 128, **attention_mma.space_for(128, "f16", False,
+                                                                          limit).default)
+        assert g.bq == 128 and g.stages >= 3 and g.plan.bytes > 48 * 1024
+    # rows of 80 halves are 10 chunks, padded to 16 for the swizzle
+    assert attention_mma.geometry("f16", 80, 1, 1, 16, 2, True).tiles[1].row_bytes == 256

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import gpucg
-from gpucg.arch import ARCHS, MMA_F16, capabilities, limits
+from gpucg.arch import ARCHS, MMA_F16, limits
+from gpucg.target import capabilities
 from gpucg.errors import GpucgError
 
 ROOT = Path(gpucg.__file__).resolve().parent

@@ -142,14 +142,17 @@ def test_bench_conv2d_quick(capsys):
 
 
 def _lowp_rows(out, cases):
-    """float16, bfloat16 and TF32 rows: measured on a GPU, else said not to be, per case."""
+    """float16, bfloat16 and TF32 rows: measured on a GPU, else said not to be, per case, with
+    the kernel and config selection picks for an H100 (sm_90)."""
     from gpucg.benchmarks.lowp import NOT_MEASURED, gpu_present
 
     if gpu_present():
         assert out.count("float16") >= cases and "tf32" in out
     else:
-        assert sum("float16, bfloat16, TF32 rows" in ln and NOT_MEASURED in ln
-                   for ln in out.splitlines()) == cases
+        for precision in ("float16", "bfloat16", "tf32"):
+            rows = [ln for ln in out.splitlines()
+                    if f"gpucg cuda {precision} [" in ln and NOT_MEASURED in ln]
+            assert len(rows) == cases and all(f"{NOT_MEASURED}: sm_90: " in ln for ln in rows)
 
 
 def test_bench_dense_quick_has_reduced_precision_rows(capsys):

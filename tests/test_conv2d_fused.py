@@ -223,10 +223,9 @@ UNPADDED = {("cuda -arch=sm_80", m, c): {"patch read"} for m, c in ((2, 64), (4,
 
 
 def _limit(target):
-    from gpucg.arch import local_limit
     from gpucg.target import Target
 
-    return local_limit(Target(target))
+    return Target(target).capabilities.smem_per_block_optin
 
 
 @pytest.mark.parametrize("m", [2, 4])

@@ -55,6 +55,8 @@ CASES = [
           residual_position="before", out_dtype="float32")),
     ("nhwc tf32 groups 3 oihw", "float32", "NHWC", "OIHW", 6, 9, (2, 3),
      dict(strides=(1, 2), padding="SAME", groups=3, allow_tf32=True, activation="sigmoid")),
+    # x read as a matrix (1x1, stride 1, no padding) and the weights as one (HWIO along O)
+    ("nhwc f16 1x1 plain", "float16", "NHWC", "HWIO", 16, 24, (1, 1), dict(activation="relu")),
     pytest.param(("nchw bf16 hwio 1x1 tanh", "bfloat16", "NCHW", "HWIO", 24, 40, (1, 1),
                   dict(activation="tanh", beta=0.25)), marks=SLOW),
     pytest.param(("nhwc f16 groups 2 aligned", "float16", "NHWC", "HWIO", 32, 48, (3, 3),
@@ -122,6 +124,43 @@ def test_direct_twin_every_layout_and_epilogue(case, monkeypatch):
         _check(f, out, dtype, dl, kl, c, o, kernel, attrs, rng, n, h, w, residual=True)
     monkeypatch.setattr(gemm_mma, "alignment_of", lambda a: 2)
     _check(f, out, dtype, dl, kl, c, o, kernel, attrs, rng, *SIZES[1], residual=True)
+
+
+def test_direct_twin_split_k():
+    """Split-K (NHWC): K's 5 tiles (144 = 9 x 16 products a sum) in 3 splits of 2, 2 and 1,
+    the residue tile in split 0, each split's float sums added by the reduce kernel, which
+    applies the epilogue; equal to the unsplit kernel's result within a rounding of the
+    output."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 9, 11, 16)).astype(np.float16)
+    w = rng.standard_normal((3, 3, 16, 24)).astype(np.float16)
+    b = rng.standard_normal((24,)).astype(np.float16)
+    res = rng.standard_normal((2, 9, 11, 24)).astype(np.float16)
+    types = [gpucg.tensor(a.shape, "float16") for a in (x, w, b, res)]
+    attrs = dict(padding=1, data_layout="NHWC", kernel_layout="HWIO", activation="relu")
+    backend_or_skip("opencl")
+    f = gpucg.compile("conv2d", *types, target="opencl", impl="direct_mma",
+                      config={"splits": 3}, **attrs)
+    got = _host(f(x, w, b, res)).astype(np.float64)
+    want = reference_conv(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64),
+                          Conv2dAttrs(**attrs), "float64", residual=res.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * (np.abs(want).max() + 1))
+    assert [k for k in f.sources if not k.endswith("@i64")] == ["direct_mma.opencl/gemm",
+                                                                 "direct_mma.opencl/reduce"]
+
+
+def test_small_layers_split_k_to_fill_the_device():
+    """ResNet's 14x14 and 7x7 layers (batch 8) make fewer output tiles than an H100 has SMs:
+    the default splits K until they make a wave; the 56x56 layer needs no split."""
+    def config(n, h, c):
+        t = [gpucg.tensor((n, h, h, c), "float16"), gpucg.tensor((3, 3, c, c), "float16")]
+        return gpucg.compile("conv2d", *t, padding=1, data_layout="NHWC", kernel_layout="HWIO",
+                             target="cuda -arch=sm_90", impl="direct_mma").selection.choices[0].config
+    assert config(8, 56, 64)["splits"] == 1
+    for h, c in ((14, 256), (7, 512)):
+        cfg = config(8, h, c)
+        tiles = -(-8 * h * h // cfg["bm"]) * -(-c // cfg["bn"])
+        assert cfg["splits"] > 1 and tiles * cfg["splits"] >= 132 > tiles, (h, cfg)
 
 
 #: Winograd on the core: (label, dtype, data layout, C, O, attrs); the transforms round U and V
@@ -238,22 +277,24 @@ def test_cuda_launch_passes_what_the_kernel_declares(nvrtc_or_skip):
                 f = gpucg.compile("conv2d", *types, target="cuda", impl=impl, index=index, **at)
                 arrays = [cupy.empty(t.shape, "float16") for t in types]
                 f(*arrays)
-                launch = cupy.launches[-1 if impl == "direct_mma" else -2]
-                assert launch.entry.endswith("_gemm"), launch.entry
+
+                def gemm():  # the product's launch (split-K: before its reduction)
+                    return [ln for ln in cupy.launches if ln.entry.endswith("_gemm")][-1]
                 want = 3 if (dl == "NHWC" or impl == "winograd_mma") else 1
-                assert int(launch.args[-1]) == want, (dl, impl)
+                assert int(gemm().args[-1]) == want, (dl, impl)
                 if impl == "direct_mma":
                     arrays[0].ptr += 2
                     f(*arrays)
-                    assert int(cupy.launches[-1].args[-1]) == want & 2
+                    assert int(gemm().args[-1]) == want & 2
 
 
 OCLGRIND = textwrap.dedent("""
     import json, numpy as np, gpucg
     rng = np.random.default_rng(0)
     out = []
-    for impl, dl, c, o in [("direct_mma", "NHWC", 16, 20), ("direct_mma", "NCHW", 6, 9),
-                           ("winograd_mma", "NCHW", 8, 12)]:
+    for impl, dl, c, o, cfg in [("direct_mma", "NHWC", 16, 20, {"splits": 2}),
+                                ("direct_mma", "NCHW", 6, 9, None),
+                                ("winograd_mma", "NCHW", 8, 12, None)]:
         shape = (1, c, 6, 5) if dl == "NCHW" else (1, 6, 5, c)
         wshape = (o, c, 3, 3) if dl == "NCHW" else (3, 3, c, o)
         x = rng.standard_normal(shape).astype(np.float16)
@@ -261,7 +302,7 @@ OCLGRIND = textwrap.dedent("""
         b = rng.standard_normal((o,)).astype(np.float16)
         attrs = dict(padding=1, data_layout=dl, kernel_layout="OIHW" if dl == "NCHW" else "HWIO")
         f = gpucg.compile("conv2d", *(gpucg.tensor(a.shape, "float16") for a in (x, w, b)),
-                          target="opencl", impl=impl, **attrs)
+                          target="opencl", impl=impl, config=cfg, **attrs)
         y = f(x, w, b)
         y = (y.get() if hasattr(y, "get") else np.asarray(y)).astype(np.float64)
         ref = gpucg.compile("conv2d", *(gpucg.tensor(a.shape, "float16") for a in (x, w, b)),
@@ -279,8 +320,10 @@ def test_twins_under_oclgrind_have_no_reports(oclgrind_or_skip, tmp_path):
 
 
 def test_swizzled_requests_are_conflict_free():
-    """The requests of conv2d's tensor-core kernels' default configs, quarter warp by quarter
-    warp: 8 different 16-byte slots of 128 bytes (the core's swizzle, with their layouts)."""
+    """The requests of conv2d's tensor-core kernels' default configs need the fewest
+    wavefronts (the bank model on the core's own addresses: its swizzles and atom maps)."""
+    from gpucg.verify import banks
+
     for dl in ("NCHW", "NHWC"):
         for dtype, attrs in [("float16", {}), ("float32", {"allow_tf32": True})]:
             types, at = _resnet(dtype, dl, **attrs)
@@ -288,7 +331,5 @@ def test_swizzled_requests_are_conflict_free():
                 f = gpucg.compile("conv2d", *types, target="cuda", impl=impl, **at)
                 choice = f.selection.choices[0]
                 params = choice.impl.template_params("gemm", choice.config)
-                for req in gemm_mma.smem_requests(params, dict(choice.config)):
-                    for q in range(4):
-                        lanes = req.addresses[q * 8:q * 8 + 8]
-                        assert len({(x % 128) // 16 for x in lanes}) == 8, (impl, dl, req)
+                for r in banks.report(gemm_mma.smem_requests(params, dict(choice.config))):
+                    assert r.conflict_free, (impl, dl, r.line())

@@ -222,7 +222,7 @@ def _is_int(tok) -> bool:
 def noise(src: str) -> list[str]:
     """What a person would not write: arithmetic with 0 or 1, numbers left as products or
     sums, a cast of a number to an index type, a lone name in parentheses."""
-    toks = tokens(re.sub(r"\basm\(.*?\);", "", src)) + [("", "")] * 4
+    toks = tokens(re.sub(r"\basm\s*(volatile\s*)?\(.*?\);", "", src, flags=re.S)) + [("", "")] * 4
     found = []
     for i in range(len(toks) - 4):
         (kind, tok), (_, nxt), (_, after) = toks[i], toks[i + 1], toks[i + 2]

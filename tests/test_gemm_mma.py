@@ -14,7 +14,6 @@ import pytest
 
 import gpucg
 from gpucg import procwatch
-from gpucg.codegen.warp import swizzle  # noqa: F401 (the definition smem_requests evaluates)
 from gpucg.strategies import gemm_mma
 from gpucg.verify import nvrtc
 
@@ -129,11 +128,12 @@ def test_batch_matmul_twin_layouts_and_broadcast(ta, tb, dtype):
 
 @pytest.mark.exhaustive
 def test_twin_runs_the_cuda_default_config():
-    """The CUDA default tile (8 warps of 64 x 32, 3 stages) forced on the twin."""
+    """The CUDA default tile (8 warps of 64 x 64, 4 stages of dynamic shared memory) forced on
+    the twin."""
     backend_or_skip("opencl")
     rng = np.random.default_rng(6)
     x, w = _rand(rng, (130, 64), "float16"), _rand(rng, (136, 64), "float16")
-    config = gemm_mma.mma_space(2, False).default
+    config = gemm_mma.mma_space("f16", 2, True, True, 227 * 1024, False).default
     types = [gpucg.tensor(t.shape, "float16") for t in (x, w)]
     f = gpucg.compile("dense", *types, target="opencl", impl="gemm_mma", config=dict(config))
     a, b = _ref(x, w, "float16")
@@ -161,8 +161,13 @@ def test_cuda_selects_gemm_mma_for_16_bit_floats_and_tf32_only():
     assert sel.choices[0].impl.name != "gemm_mma.cuda"
     assert "allow_tf32" in c["gemm_mma.cuda"].reason
     with gpucg.settings.scope(GPUCG_ALLOW_TF32="1"):
+        # a row-major B (along N) runs on tensor cores too: its fragments by 32-bit loads
         sel, _ = _chosen("matmul", gpucg.tensor((512, 512), "float32"),
                          gpucg.tensor((512, 512), "float32"))
+        assert sel.choices[0].impl.name == "gemm_mma.cuda"
+        # an A along M does not: ldmatrix has no 32-bit transpose
+        sel, _ = _chosen("batch_matmul", gpucg.tensor((2, 512, 512), "float32"),
+                         gpucg.tensor((2, 512, 512), "float32"), transpose_a=True)
         assert "ldmatrix has no 32-bit transpose" in _["gemm_mma.cuda"].reason
         sel, _ = _chosen("dense", gpucg.tensor((512, 512), "float32"),
                          gpucg.tensor((512, 512), "float32"))
@@ -227,21 +232,27 @@ def test_cuda_kernels_compile_without_spills(nvrtc_or_skip, arch):
             entry = ptx.split(".entry ")[1].split("(")[0].strip()
             r = kernel_resources(src, entry, arch)
             assert r.spill_stores == r.spill_loads == 0 and r.stack == 0, (key, r)
-            assert r.shared <= 48 * 1024, (key, r)
+            assert r.shared == 0, (key, r)  # the tiles are dynamic shared memory
+        assert f.specs(0)["gemm"].dynamic_local > 48 * 1024
 
 
-def test_swizzled_requests_are_conflict_free():
-    """For the default configs of every layout and element size: each quarter warp of a 16-byte
-    request (cp.async stores, ldmatrix rows) touches 8 different 16-byte slots of 128 bytes."""
-    for eb in (2, 4):
-        config = gemm_mma.mma_space(eb, False).default
-        for a_k, b_k in [(True, True), (True, False), (False, True), (False, False)]:
-            if eb == 4 and not (a_k and b_k):
-                continue
-            for req in gemm_mma.smem_requests(dict(EB=eb, a_k_major=a_k, b_k_major=b_k), config):
-                for q in range(4):
-                    lanes = req.addresses[q * 8:q * 8 + 8]
-                    assert len({(x % 128) // 16 for x in lanes}) == 8, (eb, a_k, b_k, req)
+@pytest.mark.parametrize("kind", ["f16", "tf32"])
+@pytest.mark.parametrize("small", [False, True])
+def test_swizzled_requests_are_conflict_free(kind, small):
+    """For the default configs (GPU and twin) of every layout each element size takes: the
+    cp.async stores, the ldmatrix rows and TF32's 32-bit fragment loads of a B along N need
+    the fewest wavefronts (the bank model, gpucg.verify.banks, on the core's own addresses)."""
+    from gpucg.verify import banks
+
+    eb = 4 if kind == "tf32" else 2
+    for a_k, b_k in [(True, True), (True, False), (False, True), (False, False)]:
+        if kind == "tf32" and not a_k:
+            continue
+        config = gemm_mma.mma_space(kind, eb, a_k, b_k, 227 * 1024, small).default
+        reqs = gemm_mma.smem_requests(dict(kind=kind, a_k_major=a_k, b_k_major=b_k), config)
+        assert {r.name.split()[0] for r in reqs} >= {"cp.async"}
+        for r in banks.report(reqs):
+            assert r.conflict_free, (kind, a_k, b_k, r.line())
 
 
 OCLGRIND = textwrap.dedent("""

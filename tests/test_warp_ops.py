@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpucg.codegen import CUDA, OPENCL
-from gpucg.codegen.warp import swizzle
+from gpucg.codegen.smem import swizzle
 from gpucg.errors import DTypeError
 from gpucg.verify import nvrtc
 
@@ -125,16 +125,16 @@ def test_tf32_rounding_is_nearest_ties_away():
 
 def _ldmatrix_kernel(num, trans):
     d = OPENCL
-    return f"""{d.warp_helpers((), ldmatrix=True)}
+    return f"""{d.tile.helpers([(num, trans)])}
 __kernel void k(__global const ushort* S, __global const int* OFF, __global uint* R)
 {{
     const int t = get_local_id(0);
 {d.warp_setup(1, "t")}
-{d.smem("sm", 512)}
-    for (int i = t; i < 512; i += 32) sm[i] = S[i];
+    __local uchar gpucg_smem[1024] __attribute__((aligned(16)));
+    for (int i = t; i < 512; i += 32) ((__local ushort*)gpucg_smem)[i] = S[i];
     barrier(CLK_LOCAL_MEM_FENCE);
     uint r[4] = {{0, 0, 0, 0}};
-    {d.ldmatrix("r", num, trans, "sm", "OFF[t]")}
+    {d.tile.ldsm("r", num, trans, "(uint)OFF[t] * 2")}
     for (int j = 0; j < 4; ++j) R[t * 4 + j] = r[j];
 }}
 """
@@ -164,22 +164,21 @@ def test_emulated_cp_async_copies_and_zero_fills():
     src = f"""__kernel void k(__global const float* G, __global float* O)
 {{
     const int t = get_local_id(0);
-{d.smem("sm", 32 * 16)}
-    {d.cp_async("sm", "t * 8", "G + t * 4", 16, "t % 3 != 0")}
-    {d.cp_async("sm", "256 + t * 4", "G + t * 2", 8, "t % 2")}
-    {d.cp_async("sm", "384 + t * 2", "G + t", 4, "1")}
+    __local uchar gpucg_smem[32 * 20] __attribute__((aligned(16)));
+    __local const float* sm = (__local const float*)gpucg_smem;
+    {d.tile.cp(16, "t * 16", "G + t * 4", "t % 3 != 0")}
+    {d.tile.cp(4, "512 + t * 4", "G + t", "t % 2")}
     {d.cp_async_commit()}
     {d.cp_async_wait(0)}
-    for (int i = 0; i < 4; ++i) O[t * 4 + i] = ((__local float*)sm)[t * 4 + i];
-    for (int i = 0; i < 2; ++i) O[128 + t * 2 + i] = ((__local float*)sm)[128 + t * 2 + i];
-    O[192 + t] = ((__local float*)sm)[192 + t];
+    for (int i = 0; i < 4; ++i) O[t * 4 + i] = sm[t * 4 + i];
+    O[128 + t] = sm[128 + t];
 }}
 """
     g = np.arange(128, dtype=np.float32) + 1
-    (out,) = _run(src, "k", [g], [((224,), np.float32)])
+    (out,) = _run(src, "k", [g], [((160,), np.float32)])
     want16 = np.concatenate([g[4 * t:4 * t + 4] if t % 3 else np.zeros(4) for t in range(32)])
-    want8 = np.concatenate([g[2 * t:2 * t + 2] if t % 2 else np.zeros(2) for t in range(32)])
-    np.testing.assert_array_equal(out, np.concatenate([want16, want8, g[:32]]))
+    want4 = np.array([g[t] if t % 2 else 0 for t in range(32)])
+    np.testing.assert_array_equal(out, np.concatenate([want16, want4]))
 
 
 @pytest.mark.parametrize("cpr", [2, 4, 8, 16])
@@ -196,31 +195,33 @@ def test_swizzle_rows_and_chunks_hit_distinct_slots(cpr):
         assert len(slots) == min(8, max(cpr, 8)), (cpr, q0)
     for r in range(16):
         for c in range(cpr):
-            assert eval(swizzle("r", "c", cpr), {"r": r, "c": c}) == swizzle(r, c, cpr)
+            assert eval(str(swizzle("r", "c", cpr)), {"r": r, "c": c}) == swizzle(r, c, cpr)
 
 
 def test_bad_warp_op_arguments_are_refused():
     with pytest.raises(DTypeError, match="mma kind 'f64'"):
         CUDA.mma("f64", "c", "a", "b")
-    with pytest.raises(DTypeError, match="ldmatrix num=3"):
-        OPENCL.ldmatrix("r", 3, False, "sm", "0")
+    with pytest.raises(DTypeError, match="1, 2 or 4 matrices, not 3"):
+        OPENCL.tile.ldsm("r", 3, False, "0")
     with pytest.raises(DTypeError, match="4, 8 or 16 bytes, not 2"):
-        CUDA.cp_async("sm", "0", "g", 2, "1")
+        CUDA.tile.cp(2, "0", "g", "1")
 
 
 def _cuda_kernel():
     d = CUDA
+    variants = [(n, tr) for n in (1, 2, 4) for tr in (False, True)]
     body = "\n".join(
-        [d.ldmatrix("r", n, tr, "sm", f"{8 * n}") for n in (1, 2, 4) for tr in (False, True)]
+        [d.tile.ldsm("r", n, tr, f"sbase + {16 * n}") for n, tr in variants]
         + [d.to_tf32("r", 4)] + [d.mma(k, "c", "r", "r + 2") for k in ("f16", "bf16", "tf32")])
-    return f"""{d.warp_helpers(["f16", "bf16", "tf32"], True, True)}
+    return f"""{d.warp_helpers(["f16", "bf16", "tf32"])}
+{d.tile.helpers(variants, [16, 4], True, True, True)}
 extern "C" __global__ void k(const float* G, float* O)
 {{
-    {d.smem("sm", 4096)}
+    {d.tile.smem_block(128)}
+    const unsigned sbase = {d.tile.base};
     const int t = threadIdx.x;
-    {d.cp_async("sm", "t * 8", "G + t * 4", 16, "t < 100")}
-    {d.cp_async("sm", "2048 + t * 4", "G + t * 2", 8, "t < 100")}
-    {d.cp_async("sm", "3072 + t * 2", "G + t", 4, "t < 100")}
+    {d.tile.cp(16, "sbase + t * 16", "G + t * 4", "t < 100")}
+    {d.tile.cp(4, "sbase + 4096 + t * 4", "G + t", "t < 100")}
     {d.cp_async_commit()}
     {d.cp_async_wait(0)}
     __syncthreads();

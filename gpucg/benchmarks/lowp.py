@@ -60,13 +60,32 @@ def _ours_row(precision, op, arrays, attrs, want, repeat):
     return (f"{label} [{f.last_impl}]", t, f"max rel err {err:.1e}")
 
 
+def planned(precision, op, arrays, attrs, target="cuda -arch=sm_90") -> tuple[str, str]:
+    """(label, what would run): the implementation selection picks for the case on
+    ``target`` (no GPU needed), its config and its dynamic shared memory."""
+    dtype = "float32" if precision == "tf32" else precision
+    at = dict(attrs, allow_tf32=True) if precision == "tf32" else dict(attrs)
+    try:
+        f = gpucg.compile(op, *(gpucg.tensor(a.shape, dtype) for a in arrays), target=target,
+                          records=False, **at)
+    except (GpucgError, TypeError, ValueError) as exc:
+        return f"gpucg cuda {precision}", f"skipped: {exc}"
+    c = f.selection.choices[0]
+    smem = max((c.impl.dynamic_local(k, c.config) for k in c.impl.kernels), default=0)
+    extra = f", {smem // 1024} KiB dynamic shared memory" if smem else ""
+    return (f"gpucg cuda {precision} [{c.impl.name}]",
+            f"{target.split('=')[-1]}: {c.config.short()}{extra}")
+
+
 def print_rows(case, op, arrays, attrs, want, peer, repeat, work, results) -> None:
     """Print (and add to ``results``) the float16, bfloat16 and TF32 rows of one case:
     ``peer(*torch tensors)`` is the cuBLAS/cuDNN call, ``work`` the case's TFLOP."""
     if not gpu_present():
-        print(f"  {'float16, bfloat16, TF32 rows':<42} {NOT_MEASURED} (no CUDA GPU here)")
-        results += [{"case": case, "impl": f"{p} rows", "skipped": NOT_MEASURED}
-                    for p in PRECISIONS]
+        for precision in PRECISIONS:
+            label, plan = planned(precision, op, arrays, attrs)
+            print(f"  {label:<42} {NOT_MEASURED}: {plan}")
+            results.append({"case": case, "impl": label, "skipped": NOT_MEASURED,
+                            "plan": plan})
         return
     for precision in PRECISIONS:
         rows = _torch_rows(precision, peer, arrays, repeat)

@@ -15,6 +15,7 @@ from . import vector as _vec
 from .shuffle import SHFL_WORDS
 from .dynamic_local import CUDA_DYNAMIC, OPENCL_DYNAMIC
 from .memsync import CUDA_SYNC, OPENCL_SYNC
+from .tile_ops import CUDA_TILE, OPENCL_TILE
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
 _AXES = "xyz"
@@ -68,15 +69,21 @@ class Dialect:
     #: synchronization between work-groups (gpucg/codegen/memsync.py): fence, flag load/store
     sync: object = None
     dynamic: object = None  # the dynamic local buffer's spellings (codegen/dynamic_local.py)
+    #: the tile layer's shared-memory operations on byte addresses (codegen/tile_ops.py)
+    tile: object = None
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
-    def warp_helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
-        """The helper functions of the warp operations a kernel uses: mma kinds, ldmatrix
-        (num, trans) variants and cp.async sizes (True: all of them); ``pack``: the format
+    def warp_helpers(self, mma=(), cp_async=(), pack=False) -> str:
+        """The helper functions of the warp operations a kernel uses: its mma kinds, the
+        cp.async sizes of ``d.tile.cp_array`` (into static arrays); ``pack``: the format
         (float16, bfloat16) :meth:`pack2` packs, if any (with :meth:`half_helpers` storing
-        it)."""
-        return self.warp.helpers(mma, ldmatrix, cp_async, self.half_format(pack) == "float16")
+        it). The tile layer's operations on the dynamic block: ``d.tile.helpers``."""
+        parts = [self.warp.helpers(mma, self.half_format(pack) == "float16")]
+        if cp_async:
+            parts.append(self.tile.helpers(cp=cp_async))
+        return "\n".join(p for p in parts if p)
+
 
     def launch_bounds(self, threads: int, blocks: int) -> str:
         """A kernel qualifier asking for ``blocks`` resident blocks of ``threads`` (CUDA's
@@ -129,10 +136,6 @@ class Dialect:
         inclusive result (the first's: its own). More than a warp: 2 barriers."""
         return self.warp.block_scan(var, op, ctype, lanes, scratch, total, exclusive)
 
-    def smem(self, name: str, units: int) -> str:
-        """A 16-byte aligned shared array of ``units`` 16-bit units (tiles for the warp ops)."""
-        return self.warp.smem(name, units)
-
     def mma(self, kind: str, c: str, a: str, b: str) -> str:
         """c[0..3] += A * B for one warp tile: m16n8k16 (kind f16, bf16) or m16n8k8 (tf32)."""
         return self.warp.mma(kind, c, a, b)
@@ -168,14 +171,6 @@ class Dialect:
     def float_bits(self, x: str) -> str:
         """The bits of the float ``x`` as a 32-bit register (a tf32 fragment register)."""
         return self.warp.float_bits.format(x=x)
-
-    def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
-        """ldmatrix .x1/.x2/.x4 (.trans) into regs[0..num); off: this lane's row address."""
-        return self.warp.ldmatrix(regs, num, trans, smem, off)
-
-    def cp_async(self, smem: str, off: str, src: str, nbytes: int, ok: str) -> str:
-        """Copy nbytes (4, 8, 16) from global src to smem + off, zeros where ok is false."""
-        return self.warp.cp_async(smem, off, src, nbytes, ok)
 
     def cp_async_commit(self) -> str:
         return self.warp.commit()
@@ -348,6 +343,7 @@ CUDA = Dialect(
     warp=CUDA_WARP,
     sync=CUDA_SYNC,
     dynamic=CUDA_DYNAMIC,
+    tile=CUDA_TILE,
     vector=_vec.CUDA_VECTORS,
 )
 
@@ -377,6 +373,7 @@ OPENCL = Dialect(
     warp=OPENCL_WARP,
     sync=OPENCL_SYNC,
     dynamic=OPENCL_DYNAMIC,
+    tile=OPENCL_TILE,
     vector=_vec.OPENCL_VECTORS,
 )
 

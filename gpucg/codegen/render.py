@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..shape import DTYPES
 from . import literals
 from .dialect import Dialect
-from .warp import swizzle
+from .smem import swizzle
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -268,6 +268,27 @@ def _highest(ctx, dtype) -> str:
     return literals.highest_of(dtype, ctx["d"])
 
 
+#: name -> fn(*args) of a kernel family's geometry (its tiles, plan, fragment addresses): the
+#: one definition its template (``geometry(name, ...)``) and its strategy both call
+_GEOMETRIES: dict = {}
+
+
+def register_geometry(name: str, fn) -> None:
+    """Let templates call ``geometry(name, *args)``: ``fn(*args)``, the object a kernel
+    family's strategy also builds (an implementation's shared memory and registers are sized
+    from the same object the template renders)."""
+    _GEOMETRIES[name] = fn
+
+
+def _geometry(name: str, *args):
+    try:
+        fn = _GEOMETRIES[name]
+    except KeyError:
+        raise InputError(f"no kernel geometry {name!r} is registered; known: "
+                         f"{', '.join(sorted(_GEOMETRIES))}") from None
+    return fn(*args)
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -283,9 +304,15 @@ def environment() -> jinja2.Environment:
                        nan_of=_nan, lowest_of=_lowest, highest_of=_highest,
                        swizzle=swizzle)
     env.filters["block"] = block
+    from .gemm_core import gemm_core
+    from .ix import Ix
     from .tile_layout import simt_tile
 
-    env.globals["simt_tile"] = simt_tile
+    from .mma_atom import atom, permuted_row, scores_as_a
+
+    env.globals.update(simt_tile=simt_tile, gemm_core=gemm_core, Ix=Ix, mma_atom=atom,
+                       scores_as_a=scores_as_a, permuted_row=permuted_row,
+                       geometry=_geometry)
     return env
 
 

@@ -50,7 +50,7 @@ _NARROW = ("char", "signed char", "uchar", "unsigned char", "short", "ushort", "
 SHFL_MODES = ("xor", "up", "down", "idx")
 #: named combines; any other combine is an expression in {a} and {b} (a: the earlier value)
 COMBINES = {"sum": "{a} + {b}", "max": "({a} > {b} ? {a} : {b})", "min": "({a} < {b} ? {a} : {b})"}
-_LVALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^\[\]]+\])?$")
+_LVALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^\[\]]+\]){0,3}$")
 
 
 def _ctype(ctype: str) -> str:

@@ -1,125 +1,42 @@
-"""Warp-level operations: mma.sync, ldmatrix and cp.async, spelled for CUDA and emulated for OpenCL.
+"""Warp-level operations: mma.sync (and the cp.async group commit and wait), spelled for CUDA
+and emulated for OpenCL.
 
 A template writes ``{{ d.mma("f16", "acc", "af", "bf") }}`` and never tests the backend: the
 Dialect holds one of the two objects below. CUDA gets the PTX instructions as inline asm (no
 mma.h, no cuda_pipeline.h: NVRTC compiles them for sm_80 and sm_90 with no header). OpenCL gets
-an emulation for a "warp" of 32 consecutive work-items through local memory, written from the
-PTX ISA's fragment tables (quoted beside :data:`_OPENCL_MMA`), so that the twin runs the CUDA
-kernel's loads, swizzles, fragment indexing and epilogue on PoCL and under Oclgrind. Every
-emulated operation holds barriers: it must be called by every work-item of the work-group
-(work-group uniform control flow), as PoCL 3.1 and Oclgrind have no sub-group functions.
+an emulation for a "warp" of 32 consecutive work-items through local memory, built from the
+atoms' fragment maps (gpucg/codegen/mma_atom.py), so that the twin runs the CUDA kernel's
+loads, swizzles, fragment indexing and epilogue on PoCL and under Oclgrind. Every emulated
+operation holds barriers: it must be called by every work-item of the work-group (work-group
+uniform control flow), as PoCL 3.1 and Oclgrind have no sub-group functions. The shared-memory
+operations on tiles (ldmatrix, cp.async) are the tile layer's: gpucg/codegen/tile_ops.py.
 
 Registers are 32-bit unsigned ints: an f16/bf16 fragment register holds two 16-bit elements
-(the lower-indexed element in the low half), a tf32 one holds one float's bits. Shared tiles
-are arrays of 16-bit units; ``off`` arguments count those units.
+(the lower-indexed element in the low half), a tf32 one holds one float's bits.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import DTypeError
+from .mma_atom import SCRATCH_WORDS, atom, cuda_mma, opencl_mma
 from .shuffle import CudaShuffles, OpenCLShuffles
-
-#: mma element kinds -> (PTX shape, PTX type): A is 16 x K, B is K x 8, C/D 16 x 8 float32
-MMA_KINDS = {"f16": ("m16n8k16", "f16"), "bf16": ("m16n8k16", "bf16"), "tf32": ("m16n8k8", "tf32")}
-#: K of one mma per kind
-MMA_K = {"f16": 16, "bf16": 16, "tf32": 8}
-LDMATRIX_NUMS = (1, 2, 4)
-#: 32-bit words of local scratch each emulated warp uses (A: 32 x 4 registers, B: 32 x 2)
-SCRATCH_WORDS = 192
 
 
 def _kind(kind: str) -> str:
-    if kind not in MMA_KINDS:
-        raise DTypeError(f"mma kind {kind!r} is not supported; allowed: {', '.join(MMA_KINDS)}")
-    return kind
-
-
-def _variants(ldmatrix) -> list:
-    """The (num, trans) ldmatrix variants a kernel uses: True for all, else an iterable."""
-    if ldmatrix is True:
-        return [(n, t) for n in LDMATRIX_NUMS for t in (False, True)]
-    out = []
-    for num, trans in ldmatrix or ():
-        if (_num(num), bool(trans)) not in out:
-            out.append((num, bool(trans)))
-    return out
-
-
-def _sizes(cp_async) -> list:
-    """The cp.async sizes a kernel uses: True for all, else an iterable of 4, 8, 16."""
-    sizes = (4, 8, 16) if cp_async is True else sorted(set(cp_async or ()))
-    for n in sizes:
-        if n not in (4, 8, 16):
-            raise DTypeError(f"cp.async copies 4, 8 or 16 bytes, not {n}")
-    return list(sizes)
-
-
-def _num(num: int) -> int:
-    if num not in LDMATRIX_NUMS:
-        raise DTypeError(f"ldmatrix num={num!r}; allowed: 1, 2, 4")
-    return num
+    return atom(kind).kind
 
 
 # -- CUDA: the instructions --------------------------------------------------------------------
 
-_CUDA_SMEM_ADDR = """\
-/* the 32-bit shared-state-space address of a generic pointer into shared memory */
-__device__ __forceinline__ unsigned gpucg_smem_addr(const void* p)
+_CUDA_TF32 = """\
+/* float32 fragment registers rounded to TF32 in place: to nearest, ties away */
+__device__ __forceinline__ void gpucg_to_tf32(unsigned* r, int n)
 {
-    unsigned s;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(s) : "l"(p));
-    return s;
+    for (int i = 0; i < n; ++i)
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r[i]) : "f"(__uint_as_float(r[i])));
 }
 """
-_CUDA_GMEM_ADDR = """\
-/* the global-state-space address of a generic pointer into global memory (cp.async's source) */
-__device__ __forceinline__ unsigned long long gpucg_gmem_addr(const void* p)
-{
-    unsigned long long g;
-    asm("cvta.to.global.u64 %0, %1;" : "=l"(g) : "l"(p));
-    return g;
-}
-"""
-
-
-def _cuda_mma(kind: str) -> str:
-    shape, t = MMA_KINDS[kind]
-    ops = "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])"
-    tf32 = "" if kind != "tf32" else (
-        "/* float32 fragment registers rounded to TF32 in place: to nearest, ties away */\n"
-        "__device__ __forceinline__ void gpucg_to_tf32(unsigned* r, int n)\n{\n"
-        "    for (int i = 0; i < n; ++i)\n"
-        "        asm(\"cvt.rna.tf32.f32 %0, %1;\" : \"=r\"(r[i]) : \"f\"(__uint_as_float(r[i])));\n"
-        "}\n")
-    return tf32 + (f"/* D = A * B + D, one {shape} tile, {t} inputs, float32 sums */\n"
-            f"__device__ __forceinline__ void gpucg_mma_{kind}(float* c, const unsigned* a, "
-            "const unsigned* b)\n{\n"
-            f"    asm volatile(\"mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 "
-            "{ %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, { %0, %1, %2, %3 };\" : "
-            "\"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3]) : "
-            f"{ops});\n}}\n")
-
-
-def _cuda_ldmatrix(num: int, trans: bool) -> str:
-    regs = ", ".join(f"%{i}" for i in range(num))
-    outs = ", ".join(f"\"=r\"(r[{i}])" for i in range(num))
-    tr = ".trans" if trans else ""
-    return (f"__device__ __forceinline__ void gpucg_ldmatrix_x{num}{'_trans' if trans else ''}"
-            "(unsigned* r, const void* row)\n{\n"
-            f"    asm volatile(\"ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16 {{ {regs} }}, "
-            f"[%{num}];\" : {outs} : \"r\"(gpucg_smem_addr(row)) : \"memory\");\n}}\n")
-
-
-def _cuda_cp_async(n: int) -> str:
-    cache = "cg" if n == 16 else "ca"  # .cg (L2 only) takes 16 bytes alone
-    return (f"/* {n} bytes global -> shared, asynchronously; ok == 0 writes zeros and reads "
-            "nothing (src-size 0) */\n"
-            f"__device__ __forceinline__ void gpucg_cp_async{n}(void* dst, const void* src, "
-            "int ok)\n{\n"
-            f"    asm volatile(\"cp.async.{cache}.shared.global [%1], [%0], {n}, %2;\" :: "
-            f"\"l\"(gpucg_gmem_addr(src)), \"r\"(gpucg_smem_addr(dst)), \"r\"(ok ? {n} : 0) : \"memory\");\n}}\n")
 
 
 @dataclass(frozen=True)
@@ -131,14 +48,8 @@ class CudaWarp(CudaShuffles):
     pack_f16: str = "((unsigned)gpucg_f2h({a}) | ((unsigned)gpucg_f2h({b}) << 16))"
     float_bits: str = "__float_as_uint({x})"
 
-    def helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
-        variants, sizes = _variants(ldmatrix), _sizes(cp_async)
-        parts = [_CUDA_SMEM_ADDR] if variants or sizes else []
-        parts += [_cuda_mma(_kind(k)) for k in mma]
-        parts += [_cuda_ldmatrix(n, t) for n, t in variants]
-        parts += [_CUDA_GMEM_ADDR] if sizes else []
-        parts += [_cuda_cp_async(n) for n in sizes]
-        return "\n".join(parts)
+    def helpers(self, mma=(), pack=False) -> str:
+        return "\n".join((_CUDA_TF32 if k == "tf32" else "") + cuda_mma(atom(k)) for k in mma)
 
     def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
         """Only the ids the kernel's operations name (``lane``, ``warp``): no scratch."""
@@ -148,9 +59,6 @@ class CudaWarp(CudaShuffles):
 
     def bounds(self, threads: int, blocks: int) -> str:
         return f" __launch_bounds__({int(threads)}, {int(blocks)})"
-
-    def smem(self, name: str, units: int) -> str:
-        return f"__shared__ __align__(16) unsigned short {name}[{units}];"
 
     def mma(self, kind: str, c: str, a: str, b: str) -> str:
         return f"gpucg_mma_{_kind(kind)}({c}, {a}, {b});"
@@ -164,15 +72,6 @@ class CudaWarp(CudaShuffles):
                     f"((unsigned)gpucg_f2h({b}) << 16);")
         return f"*(float2*)({ptr} + {index}) = make_float2({a}, {b});"
 
-    def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
-        return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}({regs}, "
-                f"{smem} + {off});")
-
-    def cp_async(self, smem: str, off: str, src: str, nbytes: int, ok: str) -> str:
-        if nbytes not in (4, 8, 16):
-            raise DTypeError(f"cp.async copies 4, 8 or 16 bytes, not {nbytes}")
-        return f"gpucg_cp_async{nbytes}({smem} + {off}, {src}, {ok});"
-
     def commit(self) -> str:
         return 'asm volatile("cp.async.commit_group;" ::: "memory");'
 
@@ -181,58 +80,6 @@ class CudaWarp(CudaShuffles):
 
 
 # -- OpenCL: the emulation ---------------------------------------------------------------------
-
-#: The emulated mma, one per kind. The tables it follows (PTX ISA, "Matrix Fragments for
-#: mma.m16n8k16 with floating point type" and "for mma.m16n8k8" .tf32), with
-#: g = groupID = lane >> 2, t = threadID_in_group = lane % 4:
-#:   m16n8k16 .f16/.bf16, registers of two elements, a_i in register i / 2:
-#:     A a0..a7: row g for a0,a1,a4,a5, g + 8 for a2,a3,a6,a7; col t*2 + (i & 1), + 8 for i >= 4
-#:     B b0..b3: row (k) t*2 + (i & 1), + 8 for b2,b3; col (n) g
-#:   m16n8k8 .tf32, one element a register:
-#:     A a0..a3: row g for a0,a2, g + 8 for a1,a3; col t for a0,a1, t + 4 for a2,a3
-#:     B b0,b1: row (k) t for b0, t + 4 for b1; col (n) g
-#:   C/D (both shapes) c0..c3: row g for c0,c1, g + 8 for c2,c3; col t*2 + (i & 1)
-#: Each lane stores its registers to the warp's scratch (A at lane*4, B at 128 + lane*2), and
-#: after a barrier computes its four sums by reading the A row and B column it needs through
-#: the inverse of the tables. tf32 operands are rounded as cvt.rna.tf32.f32 rounds: to 10
-#: mantissa bits, to nearest, ties away from zero.
-_OPENCL_MMA = """\
-{conv}/* emulated mma.sync.aligned.{shape}.row.col.f32.{t}.{t}.f32 (tables: gpucg/codegen/warp.py) */
-static inline void gpucg_mma_{kind}(__local uint* ws, int lane, float* c, const uint* a, const uint* b)
-{{
-    for (int i = 0; i < 4; ++i) ws[lane * 4 + i] = a[i];
-    ws[128 + lane * 2] = b[0];
-    ws[128 + lane * 2 + 1] = b[1];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int g = lane >> 2, t = lane & 3;
-    for (int i = 0; i < 4; ++i) {{
-        const int row = g + 8 * (i >> 1), col = t * 2 + (i & 1);
-        float s = c[i];
-        for (int k = 0; k < {K}; ++k) {{
-{body}
-        }}
-        c[i] = s;
-    }}
-    barrier(CLK_LOCAL_MEM_FENCE);
-}}
-"""
-
-_B16_BODY = """\
-            /* A(row, k): lane (row % 8) * 4 + (k % 8) / 2, element i = (k & 1) + 2 * (row / 8) + 4 * (k / 8) */
-            const int ia = (k & 1) + 2 * (row >> 3) + 4 * (k >> 3);
-            const int la = (row & 7) * 4 + ((k & 7) >> 1);
-            /* B(k, col): lane col * 4 + (k % 8) / 2, element i = (k & 1) + 2 * (k / 8) */
-            const int ib = (k & 1) + 2 * (k >> 3);
-            const int lb = col * 4 + ((k & 7) >> 1);
-            s += gpucg_b16_{kind}(ws, la * 4 + (ia >> 1), ia & 1)
-                * gpucg_b16_{kind}(ws, 128 + lb * 2 + (ib >> 1), ib & 1);"""
-
-_TF32_BODY = """\
-            /* A(row, k): lane (row % 8) * 4 + k % 4, register (row / 8) + 2 * (k / 4) */
-            const uint x = ws[((row & 7) * 4 + (k & 3)) * 4 + (row >> 3) + 2 * (k >> 2)];
-            /* B(k, col): lane col * 4 + k % 4, register k / 4 */
-            const uint y = ws[128 + (col * 4 + (k & 3)) * 2 + (k >> 2)];
-            s += as_float(gpucg_tf32(x)) * as_float(gpucg_tf32(y));"""
 
 _OPENCL_TF32 = """\
 /* float bits rounded to TF32 as cvt.rna.tf32.f32: 10 mantissa bits, nearest, ties away */
@@ -246,57 +93,6 @@ static inline void gpucg_to_tf32(uint* r, int n)
         r[i] = gpucg_tf32(r[i]);
 }
 """
-
-_CONV_FN = """\
-static inline float gpucg_b16_{kind}(__local const uint* ws, int word, int high)
-{{
-{body}
-}}
-"""
-_CONV = {
-    "f16": "    return vload_half(word * 2 + high, (__local const half*)ws);",
-    "bf16": "    return as_float((high ? ws[word] >> 16 : ws[word] & 0xFFFFu) << 16);",
-}
-
-
-def _opencl_mma(kind: str) -> str:
-    shape, t = MMA_KINDS[kind]
-    body = _TF32_BODY if kind == "tf32" else _B16_BODY.format(kind=kind)
-    conv = "" if kind == "tf32" else _CONV_FN.format(kind=kind, body=_CONV[kind])
-    return ((_OPENCL_TF32 if kind == "tf32" else "") +
-            _OPENCL_MMA.format(kind=kind, shape=shape, t=t, K=MMA_K[kind], body=body, conv=conv))
-
-
-#: The emulated ldmatrix (PTX ISA, "ldmatrix"): lane i supplies the address of row i % 8 of
-#: matrix i / 8 (lanes 0-7 for .x1, 0-15 for .x2, 0-31 for .x4); register j of lane t receives
-#: elements (t / 4, 2 * (t % 4)) and (t / 4, 2 * (t % 4) + 1) of matrix j, the first in its low
-#: half. With .trans it receives those elements of the transposed matrix: (row 2 * (t % 4),
-#: col t / 4) and (row 2 * (t % 4) + 1, col t / 4) of the matrix as stored.
-_OPENCL_LDMATRIX = """\
-/* emulated ldmatrix.sync.aligned.m8n8.x{num}{tr}.shared.b16; off: this lane's row, in 16-bit units */
-static inline void gpucg_ldmatrix_x{num}{suffix}(__local uint* ws, int lane, uint* r, __local const ushort* smem, int off)
-{{
-    ws[lane] = (uint)off;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int j = 0; j < {num}; ++j) {{
-{body}
-        r[j] = (uint)lo | ((uint)hi << 16);
-    }}
-    barrier(CLK_LOCAL_MEM_FENCE);
-}}
-"""
-_LDM_PLAIN = """\
-        const int p = (int)ws[j * 8 + (lane >> 2)] + 2 * (lane & 3);
-        const ushort lo = smem[p], hi = smem[p + 1];"""
-_LDM_TRANS = """\
-        const ushort lo = smem[(int)ws[j * 8 + 2 * (lane & 3)] + (lane >> 2)];
-        const ushort hi = smem[(int)ws[j * 8 + 2 * (lane & 3) + 1] + (lane >> 2)];"""
-
-
-def _opencl_ldmatrix(num: int, trans: bool) -> str:
-    return _OPENCL_LDMATRIX.format(num=num, tr=".trans" if trans else "",
-                                   suffix="_trans" if trans else "",
-                                   body=_LDM_TRANS if trans else _LDM_PLAIN)
 
 
 _OPENCL_PACK_F16 = """\
@@ -315,26 +111,22 @@ class OpenCLWarp(OpenCLShuffles):
     pack_f16: str = "gpucg_pack_f16({a}, {b})"
     float_bits: str = "as_uint({x})"
 
-    def helpers(self, mma=(), ldmatrix=False, cp_async=False, pack=False) -> str:
-        _sizes(cp_async)  # copies need no helper here
+    def helpers(self, mma=(), pack=False) -> str:
         parts = [_OPENCL_PACK_F16] if pack else []
-        parts += [_opencl_mma(_kind(k)) for k in mma]
-        parts += [_opencl_ldmatrix(n, t) for n, t in _variants(ldmatrix)]
+        parts += [(_OPENCL_TF32 if k == "tf32" else "") + opencl_mma(atom(k)) for k in mma]
         return "\n".join(parts)
 
     def bounds(self, threads: int, blocks: int) -> str:
         return ""
 
     def setup(self, nwarps: int, tid: str, words: int = SCRATCH_WORDS, ids=()) -> str:
-        """Lane, warp and the scratch (every emulated operation names them): ``words`` 32-bit words a warp: :data:`SCRATCH_WORDS` for mma and ldmatrix,
+        """Lane, warp and the scratch (every emulated operation names them): ``words`` 32-bit
+        words a warp: :data:`SCRATCH_WORDS` for mma and ldmatrix,
         :data:`~gpucg.codegen.shuffle.SHFL_WORDS` for shuffles alone."""
         words = int(words)
         return (f"__local uint gpucg_scratch[{int(nwarps) * words}] __attribute__((aligned(8)));\n"
                 f"const int gpucg_lane = (int)({tid}) & 31, gpucg_warp = (int)({tid}) >> 5;\n"
                 f"__local uint* gpucg_ws = gpucg_scratch + gpucg_warp * {words};")
-
-    def smem(self, name: str, units: int) -> str:
-        return f"__local ushort {name}[{units}] __attribute__((aligned(16)));"
 
     def mma(self, kind: str, c: str, a: str, b: str) -> str:
         return f"gpucg_mma_{_kind(kind)}(gpucg_ws, gpucg_lane, {c}, {a}, {b});"
@@ -346,55 +138,13 @@ class OpenCLWarp(OpenCLShuffles):
         fn = "vstore_half2_rte" if half else "vstore2"
         return f"{fn}((float2)({a}, {b}), 0, {ptr} + {index});"
 
-    def ldmatrix(self, regs: str, num: int, trans: bool, smem: str, off: str) -> str:
-        return (f"gpucg_ldmatrix_x{_num(num)}{'_trans' if trans else ''}(gpucg_ws, gpucg_lane, "
-                f"{regs}, {smem}, {off});")
-
-    def cp_async(self, smem: str, off: str, src: str, nbytes: int, ok: str) -> str:
-        """A plain copy (zeros where not ok); its wait is a barrier."""
-        vt = {4: "uint", 8: "uint2", 16: "uint4"}.get(nbytes)
-        if vt is None:
-            raise DTypeError(f"cp.async copies 4, 8 or 16 bytes, not {nbytes}")
-        zero = "0u" if nbytes == 4 else f"({vt})(0u)"
-        return (f"*(__local {vt}*)({smem} + {off}) = {_p(ok)} ? "
-                f"*(__global const {vt}*)({src}) : {zero};")
-
     def commit(self) -> str:
         return ""
 
     def wait(self, n: int) -> str:
+        """cp.async's copies are plain copies here: waiting is a barrier."""
         return "barrier(CLK_LOCAL_MEM_FENCE);"
 
 
 CUDA_WARP = CudaWarp()
 OPENCL_WARP = OpenCLWarp()
-
-
-# -- the shared-tile swizzle -------------------------------------------------------------------
-
-def swizzle(row, chunk, cpr: int):
-    """The physical 16-byte chunk of logical chunk ``chunk`` of tile row ``row``, in a tile of
-    ``cpr`` (a power of two) chunks a row: the chunk XOR a few bits of the row, chosen so that
-    any 8 consecutive rows read at one logical chunk (an ldmatrix 8x8 matrix), and any 8
-    consecutive chunks stored (a quarter warp's 16-byte cp.async), fall in 8 different
-    16-byte slots of a 128-byte line: one wavefront.
-
-    With ints it is the chunk; with strings (C expressions) it is the C expression computing
-    it, so the kernel and :func:`gpucg.strategies.gemm_mma.smem_requests` share one definition.
-    """
-    if cpr < 1 or cpr & (cpr - 1):
-        raise DTypeError(f"swizzle: chunks per row must be a power of two, got {cpr}")
-    if cpr == 1:
-        return chunk
-    shift = max(0, (8 // cpr).bit_length() - 1)  # rows sharing one 128-byte line: 8 / cpr
-    mask = min(cpr, 8) - 1
-    if isinstance(row, int) and isinstance(chunk, int):
-        return chunk ^ ((row >> shift) & mask)
-    r = f"({_p(row)} >> {shift})" if shift else _p(row)
-    return f"({_p(chunk)} ^ ({r} & {mask}))"
-
-
-def _p(expr) -> str:
-    """``expr`` parenthesized unless it is one name or number."""
-    text = str(expr)
-    return text if text.replace("_", "a").isalnum() else f"({text})"

@@ -6,9 +6,9 @@ gpucg/graph/ir.py graph), in this order:
 1. batch_norm after a conv2d or a dense with constant weights: folded into the weights and the
    bias (gpucg.ops.fold_batch_norm), no kernel left.
 2. The epilogue of dense and conv2d (weights constant or the model's): an add of a
-   per-channel constant (the bias), an activation (relu, exact or tanh GELU, sigmoid, tanh:
-   recognized by what the elementwise calls compute, whatever the model's decomposition), and
-   a residual add, before or after the activation.
+   per-channel constant (the bias), an activation (relu, exact or tanh GELU, sigmoid, tanh,
+   SiLU, HardSwish: recognized by what the elementwise calls compute, whatever the model's
+   decomposition), and a residual add, before or after the activation.
 3. Scaled dot-product attention: matmul(Q, K^T), times or divided by a constant, plus a mask
    (additive, or a where with -inf on a causal pattern), softmax on the last axis, matmul by V:
    one gpucg.ops.attention (gpucg/graph/attention.py).
@@ -21,14 +21,15 @@ import numpy as np
 import sympy
 
 from ..ops import fold_batch_norm
-from ..ops._epilogue import activate
+from ..ops._epilogue import ACTIVATIONS as _EPILOGUE, activate
 from ..ops._expr import MAX_INPUTS, Expr, evaluate, lift, typecheck
 from .attention import attention
 from .index import Index, expr_of, scalar, substitute
 from .ir import Call, Graph
 from .sizes import same
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
+#: the activations an epilogue takes (gpucg/ops/_unary.py's ACTIVATIONS)
+ACTIVATIONS = tuple(a for a in _EPILOGUE if a)
 
 
 # -- 0. dead calls and views ------------------------------------------------------------------

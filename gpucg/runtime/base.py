@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ..errors import ResourceError
+from ..errors import LaunchError, ResourceError
 from .. import counters as stats
 
 
@@ -63,15 +63,27 @@ class Program(ABC):
     entry: str
 
     @abstractmethod
-    def launch(self, args, grid: int, block: int, shared: int = 0) -> None:
-        """Run it on ``grid`` work-groups of ``block``; ``shared``: bytes of its dynamic local
-        buffer (gpucg/codegen/dynamic_local.py), 0 where it declares none."""
+    def launch(self, args, grid: tuple, block: int, shared: int = 0) -> None:
+        """Run it on ``grid`` (x, y, z) work-groups of ``block``; ``shared``: bytes of its
+        dynamic local buffer (gpucg/codegen/dynamic_local.py), 0 where it declares none."""
 
-    def __call__(self, *args, grid: int, block: int, shared: int = 0) -> None:
-        if grid <= 0:
+    def __call__(self, *args, grid, block: int, shared: int = 0) -> None:
+        dims = grid_dims(grid)
+        if min(dims) <= 0:
             return  # nothing to do for empty problems
-        self.launch(args, grid, block, shared)
+        self.launch(args, dims, block, shared)
         stats.bump("launches")
+
+
+def grid_dims(grid) -> tuple:
+    """A grid as (x, y, z) work-groups: an int is (grid, 1, 1); a tuple of one to three
+    dimensions is padded with ones (kernels read the y and z block ids: 2-D and 3-D grids)."""
+    if isinstance(grid, (tuple, list)):
+        if not 1 <= len(grid) <= 3:
+            raise LaunchError(f"grid={tuple(grid)!r} must have one to three dimensions")
+        dims = tuple(int(g) for g in grid)
+        return dims + (1,) * (3 - len(dims))
+    return int(grid), 1, 1
 
 
 class Backend(ABC):

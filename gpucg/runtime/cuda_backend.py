@@ -33,10 +33,13 @@ class CudaProgram(Program):
         #: the kernel's max dynamic shared memory attribute as this program last raised it
         self.allowed_shared = 0
 
-    def launch(self, args, grid: int, block: int, shared: int = 0) -> None:
+    def launch(self, args, grid: tuple, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
-        if grid > 2**31 - 1:
-            raise LaunchError(f"CUDA grid of {grid} blocks exceeds 2^31-1 for {self.entry}")
+        for axis, g, top, name in zip("xyz", grid, (2**31 - 1, 65535, 65535),
+                                      ("2^31-1", "65535", "65535")):
+            if g > top:
+                raise LaunchError(f"CUDA grid {grid} of {self.entry}: {axis} = {g} blocks "
+                                  f"exceeds {name}")
         events = self.backend._events
         try:
             if shared:
@@ -45,7 +48,8 @@ class CudaProgram(Program):
             if events is not None:  # kernel_time(): events tight around the launch
                 start, end = self.backend.cupy.cuda.Event(), self.backend.cupy.cuda.Event()
                 start.record()
-            self.function((grid,), (block,), args, shared_mem=shared)
+            self.function(grid[:3 if grid[2] > 1 else 2 if grid[1] > 1 else 1], (block,),
+                          args, shared_mem=shared)
             if events is not None:
                 end.record()
                 events.append((start, end))

@@ -82,7 +82,7 @@ class OpenCLProgram(Program):
         self.lock = threading.Lock()
         self._static_local = None
 
-    def launch(self, args, grid: int, block: int, shared: int = 0) -> None:
+    def launch(self, args, grid: tuple, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
         cl = self.backend.cl
         if shared:  # the dynamic local buffer: the kernel's last parameter
@@ -100,7 +100,11 @@ class OpenCLProgram(Program):
                else a for a in args]
         try:
             with self.lock:  # pyopencl sets the shared kernel's arguments, then enqueues
-                self.kernel(self.backend.queue, (grid * block,), (block,), *raw)
+                if grid[1] == grid[2] == 1:
+                    self.kernel(self.backend.queue, (grid[0] * block,), (block,), *raw)
+                else:
+                    self.kernel(self.backend.queue, (grid[0] * block, grid[1], grid[2]),
+                                (block, 1, 1), *raw)
         except cl.Error as exc:
             raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
                               f"failed: {exc}") from None

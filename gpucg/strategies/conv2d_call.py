@@ -31,6 +31,17 @@ class ConvCall:
         return self.y.size == 0
 
     @property
+    def named_sizes(self) -> dict:
+        """:attr:`sizes` by the kernels' parameter names."""
+        return dict(zip(("N", "H", "W", "OH", "OW", "pt", "pl"), self.sizes))
+
+    @property
+    def named_epilogue(self) -> dict:
+        """:attr:`epilogue_args` by the kernels' parameter names."""
+        return {n: a for n, a in (("bias", self.bias), ("residual", self.residual))
+                if a is not None}
+
+    @property
     def epilogue_args(self) -> tuple:
         """The bias and the residual the call has, in the kernels' argument order."""
         return tuple(a for a in (self.bias, self.residual) if a is not None)

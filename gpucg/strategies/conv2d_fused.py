@@ -20,7 +20,7 @@ registers (at most 144 a work-item, 256 work-items: 2304 pairs for F(2x2), 1024 
 that is 2.29x and 1.83x the compulsory bytes at 64 -> 64 channels, 56 x 56 before the halo,
 2.59x and 2.02x at 128 -> 128, 28 x 28. Beyond it, om > 1: a work-group keeps the input region
 of every channel in its dynamic local buffer (gpucg/codegen/dynamic_local.py: up to the
-arch's opt-in limit, gpucg.arch.local_limit; 48 KiB on OpenCL) and runs om passes of bm
+arch's opt-in limit, target.capabilities.smem_per_block_optin; 48 KiB on OpenCL) and runs om passes of bm
 output channels over it, so x is read once per bm * om channels. The defaults move (static
 count, batch 8 / batch 1, sm_80 and sm_90; before: the 48 KiB blocks, as OpenCL GPUs keep)
   64 x 56:  F(2x2) 1.79x / 1.66x, F(4x4) 1.74x / 1.61x  (before 3.01x / 2.79x, 2.34x / 2.16x)
@@ -61,7 +61,6 @@ from itertools import product
 
 import numpy as np
 
-from ..arch import local_limit
 from ..implementation import Kernel, kernel_impl, with_numerics
 from ..ops.conv2d import pads_for
 from ..ops.conv2d_winograd import NUMERICS
@@ -115,8 +114,8 @@ def fits(c, m: int, call: "Call | None" = None, limit: int = LOCAL_BYTES) -> boo
 
 def offer(m: int, nchw: bool, call: "Call | None", target, fixed: dict) -> dict:
     """The space and fixed parameters of a fused implementation on ``target``: its local
-    memory limit (gpucg.arch.local_limit); a CPU device's default stays DEFAULTS."""
-    limit = local_limit(target)
+    memory limit (target.capabilities.smem_per_block_optin); a CPU device's default stays DEFAULTS."""
+    limit = target.capabilities.smem_per_block_optin
     return dict(space=space(m, nchw, call, limit, pick=not target.on_cpu),
                 fixed=dict(fixed, local_limit=limit))
 
@@ -299,7 +298,7 @@ def decl(m: int, pre: bool):
         "conv2d/winograd_fused.j2", {"pre": pre}, derive=_strides,
         doc=f"the input region in local memory, V = B^T d B there, {what}, the alpha^2 "
             "products in registers, A^T M A and the epilogue",
-        low_occupancy=_low, dynamic_local=_dynamic)), NUMERICS)
+        low_occupancy=_low, dynamic_local=_dynamic, smem_requests=kernel_requests)), NUMERICS)
 
 
 def _low(p) -> str:

@@ -35,50 +35,94 @@ MIN_OG = 16
 MIN_K = 16
 
 
-def _run(ctx, gemm) -> None:
+#: work-items a work-group of the split-K reduction
+REDUCE_WG = 256
+#: how many ways K may be split (NHWC, where the tiles are fewer than a wave of the device)
+SPLITS = (1, 2, 3, 4, 6, 8)
+
+
+def _run(ctx, gemm, reduce) -> None:
     k = ConvCall(ctx)
     if k.empty:
         return
     c, geo, p = ctx.config, ctx.info.geo, ctx.fixed
-    grid = geo.groups * ceil_div(k.n * k.oh * k.ow, c["bm"]) * ceil_div(geo.og, c["bn"])
+    tiles = geo.groups * ceil_div(k.n * k.oh * k.ow, c["bm"]) * ceil_div(geo.og, c["bn"])
     threads = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
     aligned = all(gemm_mma.alignment_of(a) % 16 == 0 for a in (k.data, k.weight))
     pairs = not p["nchw"] and gemm_mma.pairs_ok(k.y, geo.og)
-    gemm(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, np.int32(int(aligned) | int(pairs) << 1),
-         grid=grid, block=threads)
+    vec = np.int32(int(aligned) | int(pairs) << 1)
+    splits = c.get("splits", 1)
+    if splits == 1:
+        gemm(x=k.data, wt=k.weight, **k.named_epilogue, y=k.y, **k.named_sizes, vec=vec,
+             grid=tiles, block=threads)
+        return
+    total = k.y.size
+    part = ctx.empty((splits * total,), np.float32)
+    gemm(x=k.data, wt=k.weight, part=part, **k.named_sizes, vec=vec, grid=(tiles, splits),
+         block=threads)
+    reduce(part=part, **k.named_epilogue, y=k.y, total=ctx.size(total),
+           grid=ceil_div(total, REDUCE_WG), block=REDUCE_WG)
 
 
-DIRECT_MMA = kernel_impl("direct_mma", _run, gemm=Kernel(
-    "conv2d/direct_mma.j2", doc="implicit GEMM on tensor cores: the im2col matrix gathered "
-    "into the core's swizzled stages, mma.sync, the fused epilogue",
-    low_occupancy=lambda p: ("TF32 needs more registers a thread than __launch_bounds__(256, 2) "
-                             "leaves: one block an SM" if p.get("kind") == "tf32" else "")))
+DIRECT_MMA = kernel_impl(
+    "direct_mma", _run,
+    gemm=Kernel("conv2d/direct_mma.j2", doc="implicit GEMM on tensor cores: the im2col matrix "
+                "gathered into the core's swizzled stages, mma.sync, the fused epilogue (or "
+                "a split of K's float sums)",
+                low_occupancy=gemm_mma.low_occupancy, dynamic_local=gemm_mma.dynamic_bytes,
+                smem_requests=gemm_mma.kernel_requests),
+    reduce=Kernel("conv2d/splitk_reduce.j2", {"wg": REDUCE_WG},
+                  doc="split-K: the splits' sums added, the epilogue, the store"))
 
 
-def layout(common: dict, kind: str, eb: int) -> dict:
-    """The operands' layouts and which may copy 16 bytes at a time: A (the im2col matrix)
-    always along K; the weights along K for OIHW (and for TF32, which ldmatrix cannot
-    transpose), else along the output channels; 16-byte runs where the rows hold whole chunks."""
+def layout(common: dict, kind: str, eb: int, plain: bool) -> dict:
+    """The operands' layouts and which may copy 16 bytes at a time. A (the im2col matrix) lies
+    along K; it is x itself, read as a matrix, for a 1x1 convolution with stride 1 and no
+    padding in NHWC (``plain``), and NHWC with whole 16-byte runs of each group's channels
+    copies 16 bytes. The weights lie along K for OIHW, along the output channels for HWIO; they
+    are read as a dense matrix where their memory order is K's ((c, r, s) for NCHW data,
+    (r, s, c) for NHWC; any order for 1x1), 16 bytes at a time where their rows are whole
+    chunks, else gathered element by element."""
     epc = 16 // eb
     nchw, oihw = common["nchw"], common["oihw"]
     k = common["Cg"] * common["KH"] * common["KW"]
-    b_k_major = oihw or kind == "tf32"
-    if b_k_major:
-        b_vec = nchw and oihw and k % epc == 0
+    one = common["KH"] * common["KW"] == 1
+    w_dense = one or nchw == oihw
+    if oihw:
+        b_vec = w_dense and k % epc == 0
     else:
-        b_vec = common["Og"] % epc == 0
-    return dict(a_k_major=True, b_k_major=b_k_major, a_vec=not nchw and common["Cg"] % epc == 0,
-                b_vec=b_vec)
+        b_vec = w_dense and common["Og"] % epc == 0 and common["O"] % epc == 0
+    a_vec = not nchw and common["Cg"] % epc == 0 and common["C"] % epc == 0
+    return dict(a_k_major=True, b_k_major=oihw, a_vec=a_vec, b_vec=b_vec, w_dense=w_dense,
+                x_dense=plain and not nchw and a_vec, mma_ld=True)
 
 
-def space(eb: int, small: bool, og: int) -> ConfigSpace:
-    """gemm_mma's space; on a GPU with few output channels a group (64 or fewer) a tile tall
-    along the pixels rather than wide along the channels."""
-    base = gemm_mma.mma_space(eb, small)
-    default = dict(base.default)
-    if not small and og <= 64:
-        default.update(bm=128, bn=64, wm=32, wn=32)
-    return ConfigSpace(base.knobs, default, base.constraint)
+def space(kind: str, eb: int, b_k_major: bool, limit: int, small: bool, og: int,
+          fill=None, k: int = 0, splittable: bool = False) -> ConfigSpace:
+    """gemm_mma's space (without its raster order: the tiles run pixel-major) and ``splits``,
+    the ways K is split (NHWC: ``splittable``). On a GPU with few output channels a group (64
+    or fewer) a tile tall along the pixels rather than wide along the channels; where the
+    sizes are known (``fill``: pixels, output channels, multiprocessors) and the tiles are
+    fewer than a wave, K split until they make one (each split keeping two tiles of K or
+    more: ``k`` products a sum)."""
+    base = gemm_mma.mma_space(kind, eb, True, b_k_major, limit, small, fill)
+    default = {n: v for n, v in base.default.items() if n != "raster"}
+    knobs = {n: v for n, v in base.knobs.items() if n != "raster"}
+    tall = dict(default, bm=128, bn=64, wm=64, wn=32)
+    if not small and og <= 64 and (fill is None or _tiles(fill, tall) >= fill[2]):
+        default = tall if base.constraint(tall) else dict(tall, stages=3)
+    default["splits"] = 1
+    knobs["splits"] = SPLITS if splittable else (1,)
+    if splittable and fill is not None and not small:
+        tiles = _tiles(fill, default)
+        most = max(1, ceil_div(k, default["bk"]) // 2)
+        want = min(ceil_div(fill[2], tiles), most)
+        default["splits"] = max(s for s in SPLITS if s <= want)
+    return ConfigSpace(knobs, default, added={"splits": 1}, why=base.why)
+
+
+def _tiles(fill, c) -> int:
+    return ceil_div(fill[0], c["bm"]) * ceil_div(fill[1], c["bn"])
 
 
 def why_not_cuda(common: dict, eb: int) -> str:
@@ -112,10 +156,22 @@ def offer(s, geo, attrs, dtype: str, common: dict, info, target) -> None:
             s.exclude(DIRECT_MMA, gemm_mma.PLEVEL_CUDA, why)
             return
     pixels = sympy.sympify(geo.n) * sympy.sympify(geo.oh) * sympy.sympify(geo.ow)
+    lay = layout(common, kind, eb, plain_1x1(attrs, geo))
+    fill = (int(pixels), geo.o, target.capabilities.sm_count) if pixels.is_Integer else None
     s.add(DIRECT_MMA, gemm_mma.PLEVEL_TWIN if twin else gemm_mma.PLEVEL_CUDA, info=info,
           condition=None if twin else pixels >= MIN_PIXELS,
-          fixed=dict(common, kind=kind, EB=eb, **layout(common, kind, eb)),
-          space=space(eb, twin or target.on_cpu, common["Og"]))
+          fixed=dict(common, kind=kind, EB=eb, **lay),
+          space=space(kind, eb, lay["b_k_major"], gemm_mma.smem_limit(target, twin),
+                      twin or target.on_cpu, common["Og"], fill,
+                      common["Cg"] * common["KH"] * common["KW"], not common["nchw"]))
+
+
+def plain_1x1(attrs, geo) -> bool:
+    """Whether the convolution reads x as a matrix: a 1x1 kernel, stride 1, no padding."""
+    pads = attrs.padding
+    zero = pads in ("VALID", "SAME", "SAME_LOWER") or (
+        not isinstance(pads, str) and all(int(v) == 0 for v in pads))
+    return geo.kh == geo.kw == 1 and tuple(attrs.strides) == (1, 1) and zero
 
 
 # -- Winograd's batched product on the core -----------------------------------------------------
@@ -152,7 +208,7 @@ def _winograd_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
     epc = 16 // eb
     rows = geo.c % epc == 0 and (p["b_k_major"] or tiles % epc == 0)
     threads = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
-    gemm(u, v, mo, s(tiles), np.int32(int(rows) | int(tiles % 2 == 0) << 1),
+    gemm(U=u, V=v, Mo=mo, P=s(tiles), vec=np.int32(int(rows) | int(tiles % 2 == 0) << 1),
          grid=a2 * ceil_div(geo.o, c["bm"]) * ceil_div(tiles, c["bn"]), block=threads)
     output(mo, *k.epilogue_args, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
            grid=ceil_div(tiles * geo.o, wg), block=wg)
@@ -165,10 +221,8 @@ WINOGRAD_MMA = with_numerics(kernel_impl(
     input=Kernel("conv2d/winograd_input.j2", doc="the input transform B^T d B of every tile, "
                  "stored for the tensor cores"),
     gemm=Kernel("conv2d/winograd_gemm_mma.j2", doc="the alpha^2 products M = U V on tensor "
-                "cores (gemm/_mma.j2)",
-                low_occupancy=lambda p: ("TF32: more registers a thread than "
-                                         "__launch_bounds__ leaves" if p.get("kind") == "tf32"
-                                         else "")),
+                "cores (gemm/_mma.j2)", low_occupancy=gemm_mma.low_occupancy,
+                dynamic_local=gemm_mma.dynamic_bytes, smem_requests=gemm_mma.kernel_requests),
     output=Kernel("conv2d/winograd_output.j2",
                   doc="the output transform A^T M A, bias, activation, store")), NUMERICS_16)
 
@@ -206,4 +260,5 @@ def offer_winograd(s, geo, attrs, dtype: str, common: dict, info, target, applie
                   a_k_major=True, b_k_major=tf32, v_pc=tf32, t_half=common["half"])
     s.add(WINOGRAD_MMA, gemm_mma.PLEVEL_TWIN if twin else PLEVEL_WINOGRAD, info=info,
           fixed=params,
-          space=gemm_mma.mma_space(eb, twin or target.on_cpu))
+          space=gemm_mma.mma_space(kind, eb, True, tf32, gemm_mma.smem_limit(target, twin),
+                                   twin or target.on_cpu))

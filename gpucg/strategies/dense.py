@@ -130,22 +130,31 @@ def _splitk_run(ctx, partial, reduce) -> None:
            grid=ceil_div(total, wg), block=wg)
 
 
+def named_operands(ctx, arrays, args) -> dict:
+    """The operands, the epilogue's inputs and the layout arguments of dense/_common.j2's
+    kernels by their parameter names (A, B, bias, residual; bs{r}, sa{r}, sb{r} per batch
+    dimension; oa, lda, ob, ldb)."""
+    names = ["A", "B", "bias", "residual"][:len(arrays)]
+    sizes = [f"{x}{r}" for r in range(len(ctx.info.groups)) for x in ("bs", "sa", "sb")]
+    return dict(zip(names, arrays), **dict(zip(sizes + ["oa", "lda", "ob", "ldb"], args)))
+
+
 def _mma_run(ctx, gemm) -> None:
     m, n, k, nb, arrays, args, lay = _sizes(ctx)
     c, s = ctx.config, ctx.size
-    grid = nb * ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
+    tiles = ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
     threads = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
     out = ctx.outputs[0]
     flags = gemm_mma.vector_ok(ctx, arrays, m, n, k, lay) | gemm_mma.pairs_ok(out, n) << 1
-    gemm(*arrays, out, s(m), s(n), s(k), *args, np.int32(flags), grid=grid, block=threads)
+    gemm(**named_operands(ctx, arrays, args), C=out, M=s(m), P=s(n), K=s(k),
+         vec=np.int32(flags), grid=gemm_mma.grid(tiles, nb), block=threads)
 
 
 GEMM_MMA = reads_strides(kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
-    "dense/gemm_mma.j2", doc="tensor-core tiles (mma.sync, ldmatrix, cp.async stages), the "
-    "fused epilogue",
-    low_occupancy=lambda p: ("TF32 on sm_90 needs 140 registers a thread for its 8 warps of "
-                             "32 x 32 (capped at 128 by __launch_bounds__ it spills): one block "
-                             "an SM" if p.get("kind") == "tf32" else ""))))
+    "dense/gemm_mma.j2", doc="tensor-core tiles (mma.sync, ldmatrix, cp.async stages of "
+    "dynamic shared memory), the fused epilogue",
+    low_occupancy=gemm_mma.low_occupancy, dynamic_local=gemm_mma.dynamic_bytes,
+    smem_requests=gemm_mma.kernel_requests)))
 GEMM_TILED = reads_strides(kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
     "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue",
     low_occupancy=("a 128 x 128 register tile (8 x 8 accumulators a thread, double-buffered vector "

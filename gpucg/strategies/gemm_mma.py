@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..arch import MMA_BF16, MMA_F16, MMA_TF32, PORTABLE_LOCAL_BYTES
-from ..codegen.warp import swizzle
+from ..codegen.gemm_core import gemm_core
 from ..runtime import alignment_of
 from ..space import ConfigSpace
 
@@ -54,42 +54,105 @@ def mma_kind(dtype: str, allow_tf32: bool, a_k_major: bool, b_k_major: bool):
     if kind == "tf32" and not allow_tf32:
         return None, ("float32 stays exact float32 unless allow_tf32=True "
                       "(or GPUCG_ALLOW_TF32=1) lets its operands round to TF32")
-    if kind == "tf32" and not (a_k_major and b_k_major):
-        return None, ("TF32 needs both operands stored along K: ldmatrix has no 32-bit "
-                      "transpose (a transposed operand takes the SIMT tile)")
+    if kind == "tf32" and not a_k_major:
+        return None, ("TF32 needs A stored along K: ldmatrix has no 32-bit transpose (a "
+                      "transposed A takes the SIMT tile; B along N is read a word a lane)")
     return (kind, eb), ""
 
 
-def _ok(eb: int):
+#: registers a thread may hold (the rest of a 255 cap: indices, pointers, loop state)
+REGS_MAX = 232
+
+
+def core_of(kind: str, c, a_k_major: bool, b_k_major: bool):
+    """The GEMM core (gpucg.codegen.gemm_core) of a config."""
+    return gemm_core(kind, c["bm"], c["bn"], c["bk"], c["wm"], c["wn"], c["stages"], a_k_major,
+                     b_k_major)
+
+
+def regs(core) -> int:
+    """An estimate of the registers a thread holds: the accumulators, one k-step's fragments,
+    the lane's shared addresses and its copies' offsets (64-bit), a margin for the rest."""
+    a = core.atom
+    frags = core.mi * a.a_regs + core.ni * a.b_regs
+    addrs = core.array_len(core.A) + core.array_len(core.B) + 2 * (core.A.copies + core.B.copies)
+    return core.mi * core.ni * 4 + frags + addrs + 24
+
+
+def why_not(core, smem_limit: int) -> str:
+    """Why a config cannot run on a target with ``smem_limit`` bytes of shared memory a block
+    ("" when it can)."""
+    why = core.why_not()
+    if why:
+        return why
+    if core.smem_bytes > smem_limit:
+        return f"{core.smem_bytes} B of shared memory (the target allows {smem_limit})"
+    if regs(core) > REGS_MAX or regs(core) * core.nt > 64 * 1024:
+        return f"about {regs(core)} registers a thread x {core.nt} threads"
+    return ""
+
+
+def why_short(core, smem_limit: int) -> str:
+    """:func:`why_not` as the reason a space counts configs by (the limit, not the figure)."""
+    why = core.why_not()
+    if why:
+        return "tile geometry"
+    if core.smem_bytes > smem_limit:
+        return f"shared memory over {smem_limit // 1024} KiB"
+    if regs(core) > REGS_MAX or regs(core) * core.nt > 64 * 1024:
+        return f"over {REGS_MAX} registers a thread (estimate)"
+    return ""
+
+
+#: the default tiles of a GPU, largest first: (bm, bn, wm, wn); the first whose grid fills a
+#: wave of the device's multiprocessors is taken (the last where none does)
+GPU_TILES = {2: ((128, 256, 64, 64), (128, 128, 64, 64), (64, 128, 32, 64), (64, 64, 32, 32)),
+             4: ((128, 128, 64, 64), (128, 64, 64, 32), (64, 64, 32, 32))}
+
+
+def mma_space(kind: str, eb: int, a_k_major: bool, b_k_major: bool, smem_limit: int,
+              small: bool, fill=None) -> ConfigSpace:
+    """Block tile bm x bn x bk, warp tile wm x wn (16 x 8 atoms), ``stages`` pipeline stages of
+    dynamic shared memory, ``raster`` tile rows a group of blocks walks together; pruned to the
+    configs the core can render within ``smem_limit`` bytes and the registers a thread has.
+    The twin's default (``small``) is small: its emulated warps are slow (the CUDA defaults can
+    be forced on it). ``fill``: (rows, columns, multiprocessors) of a call whose sizes are
+    known: the GPU default shrinks until its grid fills the device."""
+    def why(c):
+        return why_short(core_of(kind, c, a_k_major, b_k_major), smem_limit)
+
     def ok(c):
-        nw = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"])
-        nt, epc = nw * 32, 16 // eb
-        return (c["bm"] % c["wm"] == 0 and c["bn"] % c["wn"] == 0 and c["wn"] % 16 == 0
-                and 1 <= nw <= 8 and c["bk"] % 16 == 0
-                and (c["bm"] * c["bk"] // epc) % nt == 0 and (c["bn"] * c["bk"] // epc) % nt == 0
-                and smem_bytes(c, eb) <= SMEM_BYTES)
-    return ok
-
-
-def smem_bytes(config, eb: int) -> int:
-    """Shared memory of the stages: stages x bk x (bm + bn) elements."""
-    return config["stages"] * config["bk"] * (config["bm"] + config["bn"]) * eb
-
-
-def mma_space(eb: int, small: bool) -> ConfigSpace:
-    """Block tile bm x bn x bk, warp tile wm x wn (16 x 8 mma tiles), stages cp.async stages;
-    pruned to what fits 48 KiB of shared memory and 8 warps. The twin's default (``small``)
-    is small: its emulated warps are slow (the CUDA defaults can be forced on it)."""
+        return not why(c)
     if small:
-        default = {"bm": 32, "bn": 32, "bk": 32, "wm": 16, "wn": 16, "stages": 2}
-    elif eb == 4:  # 64 x 128 x 16 float32, 4 stages: 48 KiB; 32 x 32 warp tiles (a 64 x 32
-        # one, with TF32's wider fragments, needs 164-180 registers: one block per SM)
-        default = {"bm": 64, "bn": 128, "bk": 16, "wm": 32, "wn": 32, "stages": 4}
-    else:  # 128 x 128 x 32 halves, 3 stages: 48 KiB
-        default = {"bm": 128, "bn": 128, "bk": 32, "wm": 64, "wn": 32, "stages": 3}
+        default = {"bm": 32, "bn": 32, "bk": 32, "wm": 16, "wn": 16, "stages": 2, "raster": 1}
+    else:
+        tiles = GPU_TILES[eb]
+        if fill is not None:
+            rows, cols, sms = fill
+            tiles = [t for t in tiles if -(-rows // t[0]) * -(-cols // t[1]) >= sms] or tiles[-1:]
+        bm, bn, wm, wn = tiles[0]
+        bk = 32
+        default = None
+        for stages in (4, 3, 2):  # the deepest pipeline that fits
+            default = {"bm": bm, "bn": bn, "bk": bk, "wm": wm, "wn": wn, "stages": stages,
+                       "raster": 8}
+            if ok(default):
+                break
     knobs = {"bm": (32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (16, 32, 64),
-             "wm": (16, 32, 64), "wn": (16, 32, 64), "stages": (2, 3, 4)}
-    return ConfigSpace(knobs, default, constraint=_ok(eb))
+             "wm": (16, 32, 64), "wn": (16, 32, 64), "stages": (2, 3, 4, 5),
+             "raster": (1, 4, 8, 16)}
+    return ConfigSpace(knobs, default, added={"raster": 1}, why=why)
+
+
+def smem_limit(target, twin: bool) -> int:
+    """Shared memory a block of the core may have on ``target``: its opt-in limit; the twin
+    (run only when forced, to prove the CUDA kernel) any CUDA arch's, the device's own
+    limit checked at launch."""
+    caps = target.capabilities
+    if twin:
+        from ..arch import ARCHS
+        return max(a.smem_per_block_optin for a in ARCHS.values())
+    return caps.smem_per_block_optin
 
 
 def condition(p, eb: int, min_rows: int):
@@ -130,9 +193,44 @@ def offer(s, decl, p, dtype: str, allow_tf32: bool, common: dict, info, target, 
     if twin is None:
         s.exclude(decl, PLEVEL_CUDA, why)
         return
+    fill = None
+    m, n, nb = (sympy.sympify(v) for v in (p.m, p.n, p.nb))
+    if all(v.is_Integer for v in (m, n, nb)):
+        fill = (int(nb) * int(m), int(n), target.capabilities.sm_count)
     s.add(decl, PLEVEL_TWIN if twin else PLEVEL_CUDA, info=info,
           condition=None if twin else condition(p, eb, min_rows),
-          fixed=dict(common, kind=kind, EB=eb), space=mma_space(eb, twin or target.on_cpu))
+          fixed=dict(common, kind=kind, EB=eb),
+          space=mma_space(kind, eb, p.a_k_major, p.b_k_major, smem_limit(target, twin),
+                          twin or target.on_cpu, fill))
+
+
+def dynamic_bytes(p) -> int:
+    """Kernel.dynamic_local of a kernel on the core: its shared-memory plan's bytes."""
+    return core_of(p["kind"], p, p["a_k_major"], p["b_k_major"]).smem_bytes
+
+
+def kernel_requests(p) -> list:
+    """Kernel.smem_requests of a kernel on the core: :func:`smem_requests` of its template
+    parameters (which hold the config's knobs)."""
+    return smem_requests(p, p)
+
+
+def low_occupancy(p) -> str:
+    """Why a kernel on the core may hold few warps an SM: large warp tiles keep 64 or more
+    accumulators a thread (CUTLASS's and cuBLAS's tensor-core tiles run one or two blocks an
+    SM the same way), and deep pipelines take most of the shared memory."""
+    core = core_of(p["kind"], p, p["a_k_major"], p["b_k_major"])
+    if core.mi * core.ni * 4 >= 64 or core.smem_bytes > PORTABLE_LOCAL_BYTES:
+        return (f"{core.mi * core.ni * 4} accumulators a thread ({core.wm} x {core.wn} warp "
+                f"tiles) and {core.smem_bytes} B of shared memory ({core.stages} stages): "
+                "latency hidden by the pipeline, not by more warps")
+    return ""
+
+
+def grid(tiles: int, batches: int):
+    """The launch grid of a core kernel: (tiles, batches), or one dimension where the batches
+    are more than a grid's y holds (the kernel's block_origin reads either)."""
+    return (tiles, batches) if batches <= 65535 else tiles * batches
 
 
 def pairs_ok(out, n: int) -> bool:
@@ -151,35 +249,24 @@ class Request:
     name: str
     width: int
     addresses: tuple
-
-
-def _tile(params, config, operand: str):
-    eb = params["EB"]
-    k_major = params["a_k_major" if operand == "A" else "b_k_major"]
-    rows = config["bm" if operand == "A" else "bn"]
-    row_elems = config["bk"] if k_major else rows
-    return k_major, row_elems * eb // 16
+    #: "lds" (an ordinary load or store) or "ldmatrix" (8 rows of 16 bytes a matrix)
+    kind: str = "lds"
 
 
 def smem_requests(params, config) -> list:
-    """Per-lane byte addresses (within one operand's stage 0) of warp 0's first request of each
-    shared-memory access of the core: the 16-byte cp.async stores of A and B and the ldmatrix.x4
-    reads of A and B, evaluated with the kernel's own swizzle (gpucg.codegen.warp.swizzle)."""
+    """Per-lane byte addresses of warp 0's first request of each shared-memory access of the
+    core: the 16-byte cp.async stores of A and B, the ldmatrix reads (32-bit loads of a TF32 B
+    along N), evaluated from the core's own definitions (gpucg.codegen.gemm_core: the tiles'
+    swizzles, the atom's fragment maps) with ints."""
+    core = core_of(params["kind"], config, params["a_k_major"], params["b_k_major"])
     out = []
-    nt = (config["bm"] // config["wm"]) * (config["bn"] // config["wn"]) * 32
-    for operand in ("A", "B"):
-        k_major, cpr = _tile(params, config, operand)
-        at = [(q // cpr) * cpr * 16 + swizzle(q // cpr, q % cpr, cpr) * 16 for q in range(32)]
-        out.append(Request(f"cp.async {operand}", 16, tuple(at) if nt >= 32 else ()))
-        lanes = []
-        for lane in range(32):
-            j, r8 = lane >> 3, lane & 7
-            if operand == "A":
-                r, c = ((((j & 1) << 3) + r8, j >> 1) if k_major
-                        else (((j >> 1) << 3) + r8, j & 1))
-            else:
-                r, c = ((((j >> 1) << 3) + r8, j & 1) if k_major
-                        else (((j & 1) << 3) + r8, j >> 1))
-            lanes.append(r * cpr * 16 + swizzle(r, c, cpr) * 16)
-        out.append(Request(f"ldmatrix {operand}", 16, tuple(lanes)))
+    for op in (core.A, core.B):
+        at = tuple(core.plan.offset(op.name) + op.tile.chunk_at(*core.copy_chunk(op, q, 0))
+                   for q in range(32))
+        out.append(Request(f"cp.async {op.name}", 16, at if core.nt >= 32 else ()))
+        lanes = tuple(core.lane_address(op, lane, 0, 0) for lane in range(32))
+        if op.lds:
+            out.append(Request(f"ld.shared.b32 {op.name}", 4, lanes))
+        else:
+            out.append(Request(f"ldmatrix {op.name}", 16, lanes, "ldmatrix"))
     return out

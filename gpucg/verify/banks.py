@@ -152,49 +152,19 @@ def simt_report(config, a_k_major: bool, b_k_major: bool, acc_bytes: int = 4,
     return report(tl.requests(c, a_k_major, b_k_major, acc_bytes, tile=tile))
 
 
-#: implementation short name -> fn(config, template params) -> requests, for GEMM cores with
-#: their own shared-memory layout (the tensor-core core registers its ``smem_requests``)
-CORES: dict = {}
-#: the implementations with a kernel on the tensor-core core (templates/gemm/_mma.j2): the
-#: kernel is the one named "gemm" (winograd_mma's transforms have no shared memory)
-MMA_CORE_IMPLS = ("gemm_mma", "direct_mma", "winograd_mma")
-MMA_CORE_KERNEL = "gemm"
-
-
-def register(impl: str, requests_fn) -> None:
-    """Have :func:`kernel_reports` evaluate ``impl``'s requests with ``requests_fn(config,
-    params)`` (a list of requests as :func:`report` takes)."""
-    CORES[impl] = requests_fn
-
-
-def _requests_fn(impl_name: str):
-    if not CORES:  # the tensor-core core's own address model (its swizzle, evaluated), for
-        # every implementation built on it (gemm/_mma.j2)
-        from ..strategies import gemm_mma
-        for name in MMA_CORE_IMPLS:
-            register(name, lambda config, params: gemm_mma.smem_requests(params, config))
-        # the fused Winograd kernel's local tiles (its own layout, evaluated)
-        from ..strategies import conv2d_fused
-        for m in (2, 4):
-            register(f"winograd_fused_{m}x{m}",
-                     lambda config, params: conv2d_fused.kernel_requests(params))
-    return CORES.get(impl_name)
-
-
 def kernel_reports(compiled) -> list[tuple[str, str, list[RequestReport]]]:
     """(implementation, kernel, reports) for each kernel of a compiled call's implementations
-    whose shared-memory requests are known: the SIMT GEMM tile's (any kernel rendered with its
-    bm/tm/a_k_major parameters) and registered cores'."""
+    whose shared-memory requests are known: those its Kernel declares (``smem_requests``: the
+    tensor-core kernels on the tile layer, flash attention, the fused Winograd kernel, each
+    evaluated from its own address definitions), and the SIMT GEMM tile's (any kernel
+    rendered with its bm/tm/a_k_major parameters)."""
     out = []
     for choice in compiled.selection.choices:
         impl = choice.impl
-        for key in impl.kernels:
+        for key, kernel in impl.kernels.items():
             params = impl.template_params(key, choice.config)
-            fn = _requests_fn(impl.short_name)
-            if impl.short_name in MMA_CORE_IMPLS and key != MMA_CORE_KERNEL:
-                continue  # a transform beside the core: no shared memory
-            if fn is not None:
-                out.append((impl.name, key, report(fn(dict(choice.config), params))))
+            if kernel.smem_requests is not None:
+                out.append((impl.name, key, report(kernel.smem_requests(params))))
             elif {"bm", "bn", "bk", "tm", "tn", "a_k_major", "b_k_major"} <= set(params):
                 acc = 8 if params.get("acc_t") == "double" else 4
                 cfg = {k: params[k] for k in ("bm", "bn", "bk", "tm", "tn", "vw", "conflict_free")

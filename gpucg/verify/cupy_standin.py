@@ -30,6 +30,7 @@ from ..half import numpy_dtype
 from ..runtime.tensor_map import TensorMapArg
 from . import nvrtc
 from .occupancy import limits
+from .ptx import ptx_cluster, ptx_entry_layout, ptx_entry_params, ptx_static_shared  # noqa: F401
 
 _PTRS = itertools.count(1 << 32, 1 << 20)
 
@@ -103,22 +104,6 @@ class Param:
     @property
     def bits(self) -> int:
         return int(re.sub(r"\D", "", self.ptx) or 0)
-
-
-def ptx_entry_params(ptx: str, entry: str) -> list[str] | None:
-    """The PTX types of the parameters of ``.entry entry``, or None if there is no such entry."""
-    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", ptx)
-    if m is None:
-        return None
-    return re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)", m.group(1))
-
-
-def ptx_entry_layout(ptx: str, entry: str) -> list[tuple[int, int]]:
-    """(alignment, array elements) of each parameter of ``.entry entry`` (0: none declared)."""
-    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", ptx)
-    found = re.findall(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.\w+\s+[\w$]+(?:\[(\d+)\])?",
-                       m.group(1)) if m else []
-    return [(int(a or 0), int(n or 0)) for a, n in found]
 
 
 def source_params(source: str, entry: str) -> list[str]:
@@ -218,20 +203,22 @@ def check_tensor_map(where: str, p: Param, arg) -> None:
         raise LaunchCheckError(f"{where}: {bad}")
 
 
-def ptx_static_shared(ptx: str) -> int:
-    """Bytes of the static ``.shared`` variables a PTX module declares (its kernels'
-    __shared__): arrays, and scalars (a ``__shared__ int``, or an array the optimizer split
-    into one scalar an element: ``gstat_$_0``); not the ``extern`` dynamic buffer."""
-    return sum(int(n or 1) * int(size) // 8 for size, n in re.findall(
-        r"\.shared\s+(?:\.align\s+\d+\s+)?\.[bfsu](\d+)\s+[\w$]+(?:\[(\d+)\])?\s*;", ptx))
-
-
 def check_geometry(entry: str, arch: str, grid, block, shared_mem: int, allowed: int = 0,
-                   static: int = 0) -> None:
+                   static: int = 0, cluster: tuple = ()) -> None:
     """LaunchCheckError unless grid, block and dynamic shared memory are within the device's
     limits: ``shared_mem`` within 48 KiB, or within ``allowed`` (the kernel's max dynamic
-    shared memory attribute as set), and with ``static`` within the opt-in limit."""
+    shared memory attribute as set), and with ``static`` within the opt-in limit; a kernel
+    of thread-block ``cluster`` dims only on an arch with clusters, its grid a multiple of
+    them."""
     lim = limits(arch)
+    if cluster:
+        if not lim.native("clusters"):
+            raise LaunchCheckError(f"{entry}: clusters of {cluster} blocks on {arch}, which has "
+                                   "no thread-block clusters (sm_90 on)")
+        dims = tuple(grid) + (1,) * (3 - len(tuple(grid)))
+        if any(int(g) % c for g, c in zip(dims, cluster)):
+            raise LaunchCheckError(f"{entry}: grid {dims} is not a multiple of its cluster "
+                                   f"dims {cluster}")
     for what, dims, caps in (("grid", grid, lim.max_grid), ("block", block, lim.max_block_dims)):
         for d, cap in zip(dims, caps):
             if not 1 <= int(d) <= cap:
@@ -265,8 +252,10 @@ class Launch:
 
 
 class _Function:
-    def __init__(self, module: "_Module", entry: str, params, static: int = 0):
+    def __init__(self, module: "_Module", entry: str, params, static: int = 0,
+                 cluster: tuple = ()):
         self.module, self.entry, self.params, self.static = module, entry, params, static
+        self.cluster = cluster
         self._max_dynamic = 0
 
     @property
@@ -297,7 +286,7 @@ class _Function:
                                     tuple(grid), tuple(block), tuple(args), shared_mem))
         if cupy.check:
             check_geometry(self.entry, cupy.arch, grid, block, shared_mem, self._max_dynamic,
-                           self.static)
+                           self.static, self.cluster)
             check_args(self.entry, self.params, args)
 
 
@@ -316,7 +305,7 @@ class _Module:
         if self.ptx is None:
             return _Function(self, entry, None)
         return _Function(self, entry, kernel_params(self.code, entry, self.ptx),
-                         ptx_static_shared(self.ptx))
+                         ptx_static_shared(self.ptx), ptx_cluster(self.ptx, entry))
 
 
 class _Event:

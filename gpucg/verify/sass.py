@@ -26,11 +26,19 @@ from . import nvrtc
 
 _DISK = DiskCache(namespace="sass")
 
-#: the counted kinds, in the order they are printed; TOTAL is every instruction
+#: the counted kinds, in the order they are printed; TOTAL is every instruction; LOOP and
+#: LOOP.MMA the static instructions and tensor-core instructions of the hot loop
+#: (:func:`hot_loop`)
 COLUMNS = ("HMMA", "LDSM", "LDGSTS", "LDG.128", "LDG.64", "STG.128", "LDS.128", "LDS.64",
-           "STS.128", "BAR", "SHFL", "FFMA", "LDL", "STL", "LDS", "TOTAL")
+           "STS.128", "BAR", "SHFL", "FFMA", "LDL", "STL", "LDS", "TOTAL", "LOOP", "LOOP.MMA")
+#: tensor-core instructions: mma.sync (HMMA; IMMA for integers; QMMA for FP8 on sm_89+) and
+#: wgmma (HGMMA; QGMMA for FP8; IGMMA)
+MMA_OPCODES = ("HMMA", "IMMA", "QMMA", "HGMMA", "QGMMA", "IGMMA")
 
-_INSTR = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
+_INSTR = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)(.*)")
+#: a branch's target: an address, or a label cuobjdump defines on a line of its own
+_TARGET = re.compile(r"^\s*(?:0x([0-9a-f]+)|`\(([.\w]+)\))")
+_LABEL = re.compile(r"^\s*([.\w]+):\s*$")
 _FUNC = re.compile(r"^\s*Function\s*:\s*(\S+)")
 
 
@@ -89,29 +97,89 @@ def disassemble(cubin: bytes) -> str:
     return out.stdout
 
 
-def parse_sass(text: str) -> dict[str, list[str]]:
-    """kernel -> its opcodes in order, from cuobjdump -sass output (predicates dropped)."""
-    out: dict[str, list[str]] = {}
-    current = None
+def parse_instructions(text: str) -> dict[str, list[tuple[int, str, int | None]]]:
+    """kernel -> its instructions in order as (address, opcode, branch target or None), from
+    cuobjdump -sass output (predicates dropped; a BRA's target resolved from its address or
+    its label)."""
+    out: dict[str, list] = {}
+    current, labels, pending, unresolved = None, {}, [], []
     for line in text.splitlines():
         m = _FUNC.match(line)
         if m:
             current = out.setdefault(m.group(1), [])
+            labels, pending = {}, []
+            continue
+        m = _LABEL.match(line)
+        if m and current is not None:
+            pending.append(m.group(1))
             continue
         m = _INSTR.match(line)
         if m and current is not None:
-            current.append(m.group(1))
+            addr, op, rest = int(m.group(1), 16), m.group(2), m.group(3)
+            for name in pending:
+                labels[name] = addr
+            pending = []
+            target = None
+            if op.split(".")[0] == "BRA":
+                t = _TARGET.match(rest)
+                if t and t.group(1):
+                    target = int(t.group(1), 16)
+                elif t:
+                    unresolved.append((current, len(current), t.group(2), labels))
+            current.append((addr, op, target))
+    for instrs, i, name, table in unresolved:
+        if name in table:
+            addr, op, _ = instrs[i]
+            instrs[i] = (addr, op, table[name])
     return out
 
 
+def parse_sass(text: str) -> dict[str, list[str]]:
+    """kernel -> its opcodes in order, from cuobjdump -sass output (predicates dropped)."""
+    return {k: [op for _, op, _ in v] for k, v in parse_instructions(text).items()}
+
+
+def _is_mma(op: str) -> bool:
+    return op.split(".")[0] in MMA_OPCODES
+
+
+def hot_loop(instructions) -> tuple[int, int]:
+    """(instructions, tensor-core instructions) of a kernel's hot loop, statically: of the
+    loops (a backward branch and the instructions from its target to it, nested loops and
+    cold paths inside included) the one holding the most tensor-core instructions, and of
+    those the innermost; (0, 0) for a kernel without one. ``instructions``: one kernel's
+    :func:`parse_instructions`."""
+    best = (0, 0)
+    addrs = [a for a, _, _ in instructions]
+    for i, (addr, _, target) in enumerate(instructions):
+        if target is None or target > addr:
+            continue
+        lo = next((j for j, a in enumerate(addrs) if a >= target), i)
+        body = instructions[lo:i + 1]
+        mma = sum(1 for _, op, _ in body if _is_mma(op))
+        if mma and (mma > best[1] or (mma == best[1] and len(body) < best[0])):
+            best = (len(body), mma)
+    return best
+
+
 def instruction_mix(opcodes) -> dict[str, int]:
-    """Counts per column of :data:`COLUMNS` of a kernel's opcodes."""
+    """Counts per column of :data:`COLUMNS` of a kernel's opcodes (or of its
+    :func:`parse_instructions`, which adds the hot loop's LOOP and LOOP.MMA)."""
     mix = dict.fromkeys(COLUMNS, 0)
-    for op in opcodes:
+    ops = list(opcodes)
+    if ops and isinstance(ops[0], tuple):
+        mix["LOOP"], mix["LOOP.MMA"] = hot_loop(ops)
+        ops = [op for _, op, _ in ops]
+    for op in ops:
         for kind in _kinds(op):
             mix[kind] += 1
         mix["TOTAL"] += 1
     return mix
+
+
+def per_mma(mix: dict) -> float | None:
+    """Static instructions of the hot loop per tensor-core instruction in it (None without)."""
+    return mix["LOOP"] / mix["LOOP.MMA"] if mix.get("LOOP.MMA") else None
 
 
 def kernel_mix(source: str, entry: str, arch: str = "sm_90",
@@ -125,7 +193,7 @@ def kernel_mix(source: str, entry: str, arch: str = "sm_90",
     if blob is not None:
         return json.loads(blob)
     cubin, _ = nvrtc.compile_to_cubin(source, arch, tuple(options))
-    kernels = parse_sass(disassemble(cubin))
+    kernels = parse_instructions(disassemble(cubin))
     if entry not in kernels:
         raise InputError(f"cuobjdump found no kernel {entry!r} for {arch} "
                          f"(found: {', '.join(kernels) or 'none'})")
@@ -146,9 +214,15 @@ def assert_sass(mix: dict, has=(), none=(), what: str = "kernel") -> None:
 def format_mix(rows, mixes) -> str:
     """The table ``gpucg resources --sass`` prints: one line per resource row and its mix."""
     cw = max([len("implementation")] + [len(r.impl) + 1 for r in rows])
-    head = f"{'implementation':<{cw}} {'kernel':<13} " + " ".join(f"{c:>7}" for c in COLUMNS)
+    head = (f"{'implementation':<{cw}} {'kernel':<13} " + " ".join(f"{c:>7}" for c in COLUMNS)
+            + "  loop/MMA")
     out = [head]
     for r, mix in zip(rows, mixes):
+        ratio = per_mma(mix)
         out.append(f"{r.impl + ('*' if r.selected else ''):<{cw}} {r.kernel[:13]:<13} "
-                   + " ".join(f"{mix[c]:>7}" for c in COLUMNS))
+                   + " ".join(f"{mix.get(c, 0):>7}" for c in COLUMNS)
+                   + (f"  {ratio:8.1f}" if ratio is not None else f"  {'-':>8}"))
+    out.append("LOOP: static instructions of the loop holding the most tensor-core instructions "
+               "(the innermost such; its cold paths included), LOOP.MMA: those it holds; "
+               "loop/MMA = LOOP / LOOP.MMA")
     return "\n".join(out)
