@@ -188,9 +188,13 @@ def resnet50(size="tiny"):
                    32 if size == "tiny" else 224)
 
 
-def resnet18(size="tiny"):
-    m = torchvision().models
-    return _vision(lambda: m.resnet18(weights=None, num_classes=10 if size == "tiny" else 1000),
+def resnet18(size="tiny", layers=None):
+    """torchvision's ResNet-18 (``layers``: basic blocks a stage, 2 in ResNet-18's own)."""
+    torchvision()
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    return _vision(lambda: ResNet(BasicBlock, [layers or 2] * 4,
+                                  num_classes=10 if size == "tiny" else 1000),
                    32 if size == "tiny" else 224)
 
 
