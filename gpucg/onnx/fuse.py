@@ -3,8 +3,8 @@
 1. BatchNormalization after a Conv or a Gemm/MatMul with constant weights: folded into the
    weights and the bias (gpucg.ops.fold_batch_norm), no kernel left.
 2. The epilogue of dense and conv2d: an Add of a per-channel constant (the bias), an
-   activation (relu, exact or tanh GELU, sigmoid, tanh: recognized by what the nodes compute,
-   whatever the exporter's decomposition), and a residual Add, before or after the activation.
+   activation (relu, exact or tanh GELU, sigmoid, tanh, SiLU, HardSwish: recognized by what
+   the nodes compute, whatever the exporter's decomposition), and a residual Add, before or after the activation.
 3. Scaled dot-product attention: MatMul(Q, K^T), times or divided by a constant, plus a mask
    (additive, or a Where with -inf on a causal pattern), Softmax on the last axis, MatMul by V:
    one gpucg.ops.attention (gpucg/onnx/attention.py).
@@ -17,14 +17,15 @@ import numpy as np
 import sympy
 
 from ..ops import fold_batch_norm
-from ..ops._epilogue import activate
+from ..ops._epilogue import ACTIVATIONS as _EPILOGUE, activate
 from ..ops._expr import MAX_INPUTS, Expr, evaluate, lift, typecheck
 from .attention import attention
 from .graph import Graph
 from .index import Index, expr_of, scalar, substitute
 from .lower import Call
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
+#: the activations an epilogue takes (gpucg/ops/_unary.py's ACTIVATIONS)
+ACTIVATIONS = tuple(a for a in _EPILOGUE if a)
 
 
 # -- 1. batch norms --------------------------------------------------------------------------

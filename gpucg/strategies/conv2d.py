@@ -60,7 +60,7 @@ def _im2col_run(ctx):
                         ctx.attrs.out_dtype or data.dtype, extra[1] if extra[1:] else None)
 
 
-CONV2D_IM2COL = host_impl("conv2d_im2col", _im2col_run)
+CONV2D_IM2COL = host_impl("conv2d_im2col", _im2col_run, strided=True)  # any layout in
 
 
 host_strategy = only(CONV2D_IM2COL)

@@ -144,7 +144,7 @@ def _global_host_run(ctx):
     return np.mean(x, axis=axes, keepdims=True, dtype=acc).astype(x.dtype)
 
 
-NUMPY_GLOBAL_POOL = host_impl("numpy_global_pool", _global_host_run)
+NUMPY_GLOBAL_POOL = host_impl("numpy_global_pool", _global_host_run, strided=True)
 
 
 def global_host_strategy(op: str):
