@@ -120,3 +120,25 @@ def test_bad_cumulative_lengths_name_the_entry(where, cu, message):
     with pytest.raises(gpucg.InputError, match="cu_seqlens_k has 3 entries, but cu_seqlens_q "
                                                 "has 4"):
         gpucg.ops.attention_varlen(q, q, q, [0, 2, 4, 5], [0, 2, 5], target="numpy")
+
+
+def test_special_values_through_the_kernels():
+    """A NaN in q makes its row NaN, a +inf score its rows NaN (key 24 of sequence 1: inside
+    every row's window; torch's math adds a masked key's -inf bias to its score, so a +inf
+    key outside some row's window would make that row NaN there too, where the kernels leave
+    it out), a -inf score drops its key: both kernels agree with torch's math."""
+    label, dtype, hq, hkv, d, lq, lk, attrs = CASES[1]
+    rng = np.random.default_rng(6)
+    cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    ck = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q, k, v = (make((n, h, d), dtype, rng) for n, h in ((cq[-1], hq), (ck[-1], hkv), (ck[-1], hkv)))
+    q[:, :, 0] = np.abs(q[:, :, 0].astype(np.float32)) + 0.5
+    q[2, 1, 5] = np.nan                       # sequence 0, row 2, head 1
+    k[ck[1] + 24, 0, 0] = np.inf              # sequence 1's key 24: in every row's window
+    k[ck[1] + 26, 0, 0] = -np.inf             # key 26: dropped by the rows that see it
+    ref = want(q, k, v, cq, ck, **attrs)
+    assert np.isnan(ref[2, 1]).all() and np.isnan(ref[cq[1] + 6]).all()
+    for impl in IMPLS["opencl"]:
+        got = run("opencl", q, k, v, cq, ck, impl, **attrs).astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(ref), err_msg=impl)
+        check(np.nan_to_num(got), np.nan_to_num(ref), dtype, impl)

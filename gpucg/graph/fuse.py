@@ -8,7 +8,9 @@ gpucg/graph/ir.py graph), in this order:
 2. The epilogue of dense and conv2d (weights constant or the model's): an add of a
    per-channel constant (the bias), an activation (relu, exact or tanh GELU, sigmoid, tanh,
    SiLU, HardSwish: recognized by what the elementwise calls compute, whatever the model's
-   decomposition), and a residual add, before or after the activation.
+   decomposition), and a residual add, before or after the activation; then a multiply by a
+   per-channel constant of a dense or conv2d without activation, through transposes of its
+   result (ConvNeXt's layer scale): folded into the weights and the bias.
 3. Scaled dot-product attention: matmul(Q, K^T), times or divided by a constant, plus a mask
    (additive, or a where with -inf on a causal pattern), softmax on the last axis, matmul by V:
    one gpucg.ops.attention (gpucg/graph/attention.py).
@@ -245,6 +247,64 @@ def _absorb(calls: list, p: Call, taken: list, out: str, what: str) -> None:
     p.fusion.append(what)
 
 
+# -- 2b. per-channel scales ------------------------------------------------------------------
+
+def fold_scales(g: Graph, calls: list) -> list:
+    """A Mul by a constant per output channel (or one number) of a dense or conv2d with
+    constant weights and no activation or residual, directly or through transposes of its
+    result: folded into the weights and the bias, no pass left."""
+    for p in [c for c in calls if c.op in ("dense", "conv2d")]:
+        if len(p.inputs) > 3 or p.attrs.get("activation") or \
+                not all(i in g.consts for i in p.inputs[1:]):
+            continue
+        ix = Index(calls, g.results)
+        value, views = p.outputs[0], []
+        axis = 1 if p.op == "conv2d" else g.type_of(value).ndim - 1
+        user = ix.only_user(value)
+        while user is not None and user.op == "transpose" and user.attrs.get("axes"):
+            axis, value = list(user.attrs["axes"]).index(axis), user.outputs[0]
+            views.append(user)
+            user = ix.only_user(value)
+        w = g.consts[p.inputs[1]]
+        out = 0 if p.op == "dense" or p.attrs.get("kernel_layout", "OIHW") == "OIHW" else 3
+        s = user and _channel_scale(g, user, value, axis, w.shape[out])
+        if s is None or not np.isfinite(s).all():  # inf or NaN factors: kept as the Mul
+            continue
+        shape = [1] * w.ndim
+        shape[out] = -1
+        p.inputs[1] = _new(g, (w * s.reshape(shape)).astype(w.dtype), p.inputs[1] + "*scale")
+        if len(p.inputs) > 2:
+            b = g.consts[p.inputs[2]]
+            p.inputs[2] = _new(g, (b * s).astype(b.dtype), p.inputs[2] + "*scale")
+        last = views[-1] if views else p
+        last.outputs, last.nodes = user.outputs, last.nodes + user.nodes
+        p.fusion.append("Mul by a per-channel constant folded into the weights and bias")
+        calls.remove(user)
+    return calls
+
+
+def _channel_scale(g: Graph, call, value: str, axis: int, n: int):
+    """The (n,) factors of ``call`` when it multiplies ``value`` by a constant that varies
+    along ``axis`` only (or not at all), else None."""
+    e, vt = expr_of(call), g.type_of(value)
+    if e is None or e.op != "multiply" or value not in call.inputs:
+        return None
+    k = call.inputs.index(value)
+    if str(e) == "multiply(x0, x1)" and len(call.inputs) == 2:
+        c = g.consts.get(call.inputs[1 - k])
+        if c is None or c.dtype != np.dtype(vt.dtype) or c.ndim > vt.ndim:
+            return None
+        at = axis - (vt.ndim - c.ndim)  # the axis in c's own dims (right-aligned)
+        if any(d != 1 for a, d in enumerate(c.shape) if a != at) or \
+                (0 <= at < c.ndim and c.shape[at] not in (1, n)):
+            return None
+        return np.broadcast_to(c.reshape(-1), (n,)).astype(np.float64)
+    number = [a.args[0] for a in e.args if a.op == "const"]
+    if len(call.inputs) == 1 and len(number) == 1 and isinstance(number[0], float):
+        return np.full(n, number[0])
+    return None
+
+
 # -- 4. elementwise chains -------------------------------------------------------------------
 
 def chains(g: Graph, calls: list, apart: frozenset = frozenset()) -> list:
@@ -284,4 +344,4 @@ def chains(g: Graph, calls: list, apart: frozenset = frozenset()) -> list:
 def fuse(g: Graph, calls: list) -> list:
     """All the fusions, in order."""
     calls = views(g, prune(g, calls))
-    return chains(g, attention(g, epilogues(g, fold_norms(g, calls))))
+    return chains(g, attention(g, fold_scales(g, epilogues(g, fold_norms(g, calls)))))
