@@ -166,12 +166,17 @@ def _host(attrs, inputs, outputs, target):
     return s
 
 
-for _name, _gpu_fn in (("resources_probe", _gpu), ("resources_probe_host", _host)):
-    gpucg.register_op(_name, num_inputs=1, type_rel=lambda ins, attrs: ins[0],
-                      pattern=gpucg.OpPattern.OPAQUE, input_names=("x",),
-                      reference=lambda x, attrs: np.cumsum(x, axis=-1), override=True)
-    gpucg.register_strategy(_name, ["gpu"], _gpu_fn, override=True)
-    gpucg.register_strategy(_name, ["cpu"], _host, override=True)
+@pytest.fixture(scope="module", autouse=True)
+def _probes():
+    """The probe operators, registered when this module's tests run (not at collection, where
+    the sweeps over every registered operator, tests/test_oclgrind.py's, would list them as
+    families with no cases)."""
+    for name, gpu_fn in (("resources_probe", _gpu), ("resources_probe_host", _host)):
+        gpucg.register_op(name, num_inputs=1, type_rel=lambda ins, attrs: ins[0],
+                          pattern=gpucg.OpPattern.OPAQUE, input_names=("x",),
+                          reference=lambda x, attrs: np.cumsum(x, axis=-1), override=True)
+        gpucg.register_strategy(name, ["gpu"], gpu_fn, override=True)
+        gpucg.register_strategy(name, ["cpu"], _host, override=True)
 
 
 def test_config_fits_drops_configs_that_cannot_launch(nvrtc_or_skip):
