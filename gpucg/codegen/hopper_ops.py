@@ -93,25 +93,14 @@ __device__ __forceinline__ void gpucg_mbar_wait(unsigned bar, unsigned parity)
     } while (!ok);
 }
 """
-_CUDA_MISC = """\
-__device__ __forceinline__ void gpucg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+_CUDA_ELECT = """\
+/* 1 in one lane of the (converged) warp, 0 in the others */
 __device__ __forceinline__ int gpucg_elect()
 {
     unsigned e;
     asm volatile("{ .reg .pred p; elect.sync _|p, 0xffffffff; selp.u32 %0, 1, 0, p; }" : "=r"(e));
     return (int)e;
 }
-__device__ __forceinline__ void gpucg_bar_sync(unsigned id, unsigned threads)
-{
-    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void gpucg_tma_prefetch(const void* map)
-{
-    asm volatile("prefetch.tensormap [%0];" :: "l"((unsigned long long)map) : "memory");
-}
-__device__ __forceinline__ void gpucg_tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void gpucg_tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory"); }
-__device__ __forceinline__ void gpucg_tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 """
 
 
@@ -143,18 +132,24 @@ class CudaHopper:
     #: the dynamic block's 32-bit shared address, rounded up to 1024 bytes (a 128-byte
     #: swizzle's pattern starts on a 1024-byte boundary; CUDA aligns the block to less)
     base: str = "((gpucg_smem_addr(gpucg_smem) + 1023u) & ~1023u)"
+    #: a pointer to the aligned block (at ``sbase``) for ordinary loads and stores
+    generic: str = "gpucg_smem + (sbase - gpucg_smem_addr(gpucg_smem))"
 
-    def helpers(self, wgmma=(), loads=(), stores=(), arch_specific: bool = False) -> str:
-        """The device functions of the operations a kernel uses: ``wgmma`` (atom, A major, B
-        major) triples, TMA load and store ranks; ``arch_specific``: the kernel uses
-        setmaxnreg (marked as needing sm_90a, like wgmma)."""
+    def helpers(self, wgmma=(), loads=(), stores=(), arch_specific: bool = False,
+                mbarrier: bool = True, elect: bool = False, tf32: bool = False) -> str:
+        """The device functions of the operations a kernel uses, and only those: ``wgmma``
+        (atom, A major, B major) triples, TMA load and store ranks, the mbarrier operations,
+        elect; ``arch_specific``: the kernel uses setmaxnreg (marked as needing sm_90a, like
+        wgmma); ``tf32``: the twin's rounding (CUDA's is the tile layer's cvt.rna chunk).
+        Single instructions (fences, commits, waits, setmaxnreg, bar.sync) are inline
+        asm and need none."""
         parts = [wg.ARCH_MARK] if wgmma or arch_specific else []
-        parts += [CUDA_TENSOR_MAP_TYPE, _CUDA_MBAR, _CUDA_MISC]
+        parts += [CUDA_TENSOR_MAP_TYPE] if loads or stores else []
+        parts += [_CUDA_MBAR] if mbarrier else []
+        parts += [_CUDA_ELECT] if elect else []
         parts += [_cuda_tma(_rank(r), False) for r in sorted(set(loads))]
         parts += [_cuda_tma(_rank(r), True) for r in sorted(set(stores))]
-        if wgmma:
-            parts.append(wg.CUDA_SYNC)
-            parts += [wg.cuda_wgmma(*w) for w in dict.fromkeys(wgmma)]
+        parts += [wg.cuda_wgmma(*w) for w in dict.fromkeys(wgmma)]
         return "\n".join(parts)
 
     def map_param(self, name: str, writable: bool = False) -> str:
@@ -175,7 +170,7 @@ class CudaHopper:
         return f"gpucg_mbar_init({bar}, {count});"
 
     def init_fence(self) -> str:
-        return "gpucg_mbar_init_fence();"
+        return 'asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");'
 
     def arrive(self, bar: str, count=1) -> str:
         return f"gpucg_mbar_arrive({bar}, {count});"
@@ -195,25 +190,32 @@ class CudaHopper:
                 f"{', '.join(map(str, coords))});")
 
     def store_commit(self) -> str:
-        return "gpucg_tma_store_commit();"
+        return 'asm volatile("cp.async.bulk.commit_group;" ::: "memory");'
 
     def store_wait_read(self, n: int = 0) -> str:
-        return f"gpucg_tma_store_wait_read<{int(n)}>();"
+        """Wait until at most ``n`` committed stores still read their shared memory."""
+        return f'asm volatile("cp.async.bulk.wait_group.read {int(n)};" ::: "memory");'
 
     def store_wait(self) -> str:
-        return "gpucg_tma_store_wait();"
+        return 'asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");'
 
     def prefetch(self, tmap: str) -> str:
-        return f"gpucg_tma_prefetch(&{tmap});"
+        return (f'asm volatile("prefetch.tensormap [%0];" :: "l"((unsigned long long)&{tmap}) '
+                ': "memory");')
 
     def fence_proxy(self) -> str:
-        return "gpucg_fence_proxy_async();"
+        """Shared memory this thread wrote with ordinary stores, made visible to the async
+        proxy (wgmma, TMA) that reads it after the next barrier."""
+        return 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'
 
     def elect(self) -> str:
         return "gpucg_elect()"
 
-    def bar_sync(self, bar_id: int, threads: int) -> str:
-        return f"gpucg_bar_sync({int(bar_id)}, {int(threads)});"
+    def bar_sync(self, bar_id, threads: int) -> str:
+        """Named barrier ``bar_id`` (1-15; 0 is __syncthreads; a C expression) of ``threads``
+        threads, whole warps."""
+        return (f'asm volatile("bar.sync %0, {int(threads)};" :: "r"((unsigned)({bar_id})) '
+                ': "memory");')
 
     def setmaxnreg(self, regs: int, inc: bool) -> str:
         return (f'asm volatile("setmaxnreg.{"inc" if inc else "dec"}.sync.aligned.u32 '
@@ -225,16 +227,20 @@ class CudaHopper:
         return f"{wg.fn_name(atom, a_major, b_major)}({d}, {a}, {b}, {scale_d});"
 
     def wgmma_fence(self) -> str:
-        return "gpucg_wgmma_fence();"
+        return 'asm volatile("wgmma.fence.sync.aligned;" ::: "memory");'
 
     def wgmma_commit(self) -> str:
-        return "gpucg_wgmma_commit();"
+        return 'asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");'
 
     def wgmma_wait(self, n: int) -> str:
-        return f"gpucg_wgmma_wait<{int(n)}>();"
+        """Wait until at most ``n`` committed groups of this warpgroup's products are pending."""
+        return f'asm volatile("wgmma.wait_group.sync.aligned {int(n)};" ::: "memory");'
 
     def wgmma_keep(self, d: str, n: int) -> str:
-        return f"gpucg_wgmma_keep({d}, {int(n)});"
+        """Accumulators ``d[0..n)`` pinned around an asynchronous product: the compiler may not
+        move their reads or writes across this point (CUTLASS's warpgroup_fence_operand)."""
+        return (f'for (int i = 0; i < {int(n)}; ++i) asm volatile("" : "+f"({d}[i]) :: '
+                '"memory");')
 
 
 CUDA_HOPPER = CudaHopper()

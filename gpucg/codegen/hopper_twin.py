@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .hopper_ops import _rank, _regs
 from . import wgmma as wg
+from .warp import OPENCL_TF32_ROUND
 
 # -- OpenCL: the twin -----------------------------------------------------------------------------
 
@@ -116,9 +117,14 @@ class OpenCLHopper:
 
     concurrent_roles: bool = False
     base: str = "0u"
+    #: a pointer to the aligned block (at ``sbase``) for ordinary loads and stores
+    generic: str = "gpucg_smem"
 
-    def helpers(self, wgmma=(), loads=(), stores=(), arch_specific: bool = False) -> str:
-        parts = [_OCL_MBAR, _OCL_TMA]
+    def helpers(self, wgmma=(), loads=(), stores=(), arch_specific: bool = False,
+                mbarrier: bool = True, elect: bool = False, tf32: bool = False) -> str:
+        parts = [OPENCL_TF32_ROUND] if tf32 else []
+        parts += [_OCL_MBAR] if mbarrier or loads else []
+        parts += [_OCL_TMA] if loads or stores else []
         if wgmma:
             parts.append(wg.opencl_decoders(a.kind for a, _, _ in wgmma))
             majors = sorted({(m, a.elem_bytes) for a, am, bm in wgmma
@@ -155,7 +161,7 @@ class OpenCLHopper:
         return f"gpucg_mbar_init(gpucg_smem, {bar}, {count});"
 
     def init_fence(self) -> str:
-        return ""
+        return "/* fence.mbarrier_init: the twin's barriers are ordered by the work-group's */"
 
     def arrive(self, bar: str, count=1) -> str:
         return f"gpucg_mbar_update(gpucg_smem, {bar}, {count}, 0);"
@@ -177,29 +183,28 @@ class OpenCLHopper:
                 f"{_coords(coords)}, 0);")
 
     def store_commit(self) -> str:
-        return ""
+        return "/* cp.async.bulk.commit_group: the twin's stores are done */"
 
     def store_wait_read(self, n: int = 0) -> str:
-        return ""
+        return "/* cp.async.bulk.wait_group.read: the twin's stores are done */"
 
     def store_wait(self) -> str:
-        return ""
+        return "/* cp.async.bulk.wait_group: the twin's stores are done */"
 
     def prefetch(self, tmap: str) -> str:
-        return ""
+        return "/* prefetch.tensormap: nothing to prefetch in the twin */"
 
     def fence_proxy(self) -> str:
-        return ""
+        return "/* fence.proxy.async: one proxy in the twin */"
 
     def elect(self) -> str:
         return "((get_local_id(0) & 31) == 0)"
 
-    def bar_sync(self, bar_id: int, threads: int) -> str:
+    def bar_sync(self, bar_id, threads: int) -> str:
         return "barrier(CLK_LOCAL_MEM_FENCE);"
 
     def setmaxnreg(self, regs: int, inc: bool) -> str:
-        _regs(regs)
-        return ""
+        return f"/* setmaxnreg.{'inc' if inc else 'dec'} {_regs(regs)}: no registers to move in the twin */"
 
     def wgmma(self, atom, a_major: str, b_major: str, d: str, a: str, b: str, scale_d,
               wt: str = "gpucg_wt", active: str = "gpucg_consumer", ws: str = "gpucg_wgs") -> str:
@@ -207,16 +212,16 @@ class OpenCLHopper:
                 f"{a}, {b}, {scale_d});")
 
     def wgmma_fence(self) -> str:
-        return ""
+        return "/* wgmma.fence: the twin's products are synchronous */"
 
     def wgmma_commit(self) -> str:
-        return ""
+        return "/* wgmma.commit_group: the twin's products are synchronous */"
 
     def wgmma_wait(self, n: int) -> str:
-        return ""
+        return "/* wgmma.wait_group: the twin's products are synchronous */"
 
     def wgmma_keep(self, d: str, n: int) -> str:
-        return ""
+        return "/* the twin's accumulators are never in flight */"
 
 
 OPENCL_HOPPER = OpenCLHopper()

@@ -183,19 +183,6 @@ def cuda_wgmma(atom: WgmmaAtom, a_major: str = "K", b_major: str = "K") -> str:
             f"        : {dlist}\n        : {ins} : \"memory\");\n}}\n")
 
 
-#: the ordering instructions around wgmma, and the operand fence that keeps the compiler from
-#: moving accumulator registers while an mma is in flight (CUTLASS's warpgroup_fence_operand)
-CUDA_SYNC = """\
-__device__ __forceinline__ void gpucg_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void gpucg_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void gpucg_wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
-__device__ __forceinline__ void gpucg_wgmma_keep(float* d, int n)
-{
-    for (int i = 0; i < n; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-"""
-
-
 # -- OpenCL: the emulation ------------------------------------------------------------------------
 
 #: one element at a local byte address as the tensor core reads it

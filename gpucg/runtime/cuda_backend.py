@@ -236,10 +236,10 @@ class CudaBackend(Backend):
     def contiguous(self, array):
         return c_contiguous(array, self.cupy)
 
-    def tensor_map_args(self, name: str, array, tmap) -> dict:
-        """{name: the map bound to the array's device address, encoded by the driver} (a
-        stand-in CuPy with ``encode_tensor_map`` encodes it itself)."""
-        t = tmap.with_address(self.address(array))
+    def tensor_map_args(self, name: str, array, tmap, offset: int = 0) -> dict:
+        """{name: the map bound to the array's device address (plus ``offset`` bytes), encoded
+        by the driver} (a stand-in CuPy with ``encode_tensor_map`` encodes it itself)."""
+        t = tmap.with_address(self.address(array) + offset)
         enc = getattr(self.cupy, "encode_tensor_map", None) or encode
         return {name: enc(t)}
 
