@@ -145,7 +145,7 @@ def _cuda_source():
     calls = "\n".join(
         "    " + h.wgmma(a, am, bm, "acc", "ra" if a.a_regs else "da", "db", "kt") for a, am, bm in forms)
     return f"""{CUDA.tile.helpers()}
-{h.helpers(wgmma=forms, loads=[2, 3], stores=[2], arch_specific=True)}
+{h.helpers(wgmma=forms, loads=[2, 3], stores=[2], arch_specific=True, elect=True)}
 extern "C" __global__ void __launch_bounds__(384, 1) k({h.map_param("tm")}, float* out, int n)
 {{
     {CUDA.tile.smem_block(1024)}

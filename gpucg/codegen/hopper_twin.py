@@ -66,12 +66,10 @@ static inline uint gpucg_tma_swizzle(uint a, uint sw)
     return sw ? a ^ (((a >> 7) & ((sw >> 4) - 1u)) << 4) : a;
 }
 static inline void gpucg_tma_box(__local uchar* smem, uint at, __global uchar* g,
-                                 __global const long* map, int c0, int c1, int c2, int c3, int c4,
-                                 int load)
+    __global const long* map, int c0, int c1, int c2, int c3, int c4, int load)
 {
     const int rank = (int)map[0], eb = (int)map[1];
     const uint sw = (uint)map[2];
-    const int c[5] = { c0, c1, c2, c3, c4 };
     long total = 1;
     for (int i = 0; i < rank; ++i) total *= map[13 + i];
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -79,7 +77,8 @@ static inline void gpucg_tma_box(__local uchar* smem, uint at, __global uchar* g
         long rest = e, off = map[18];
         int inside = 1;
         for (int i = 0; i < rank; ++i) {
-            const long x = c[i] + rest % map[13 + i];
+            const long x = (i == 0 ? c0 : i == 1 ? c1 : i == 2 ? c2 : i == 3 ? c3 : c4)
+                + rest % map[13 + i];
             rest /= map[13 + i];
             inside &= x >= 0 && x < map[4 + i];
             off += x * (i ? map[8 + i] : (long)eb);
@@ -95,8 +94,7 @@ static inline void gpucg_tma_box(__local uchar* smem, uint at, __global uchar* g
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 static inline void gpucg_tma_load(__local uchar* smem, uint dst, __global const uchar* g,
-                                  __global const long* map, uint bar, int c0, int c1, int c2,
-                                  int c3, int c4)
+    __global const long* map, uint bar, int c0, int c1, int c2, int c3, int c4)
 {
     gpucg_tma_box(smem, dst, (__global uchar*)g, map, c0, c1, c2, c3, c4, 1);  /* read only */
     long bytes = map[1];

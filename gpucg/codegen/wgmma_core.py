@@ -176,19 +176,25 @@ class WgmmaGemm:
             return str(base + consumer * 2 * 64 * SWIZZLE)
         return f"{base} + ({consumer} << 14)"
 
-    def descriptor(self, op: Operand, start: str) -> str:
-        """The C descriptor of ``op`` whose tile starts at shared address ``start``."""
+    def descriptor(self, op: Operand, start: str, d) -> str:
+        """The C descriptor of ``op`` whose tile starts at shared address ``start``, in
+        dialect ``d``'s 64-bit spelling."""
         lbo, sbo = op.strides
-        return hl.descriptor(start, lbo, sbo, SWIZZLE)
+        return hl.descriptor(start, lbo, sbo, SWIZZLE, u64=d.utype(64), suffix=d.u64_suffix)
 
     def consumer_offset(self, op: Operand) -> int:
         """Bytes from A's tile to the 64 rows of the next consumer (A only)."""
         return op.offset(64, 0)
 
     def kstep_offset(self, op: Operand, s: int) -> int:
-        """Bytes from a tile to k-step ``s``'s descriptor start."""
-        return hl.tile_k_start(s * self.atom.k, rows=op.rows, cols=op.bk, major=op.major,
-                               swizzle=SWIZZLE, elem_bytes=op.elem_bytes)
+        """Bytes from a tile to k-step ``s``'s descriptor start: s times one step's (checked:
+        a k-step stays within one swizzle row of K, or moves whole rows of an MN-major tile)."""
+        def at(i):
+            return hl.tile_k_start(i * self.atom.k, rows=op.rows, cols=op.bk, major=op.major,
+                                   swizzle=SWIZZLE, elem_bytes=op.elem_bytes)
+        if any(at(i) != i * at(1) for i in range(self.ksteps)):
+            raise DTypeError(f"{op.name}'s k-steps are not evenly spaced")
+        return at(s)
 
     def why_not(self) -> str:
         """Why this geometry cannot be rendered ("" when it can)."""
