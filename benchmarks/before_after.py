@@ -2,6 +2,8 @@
 
     python benchmarks/before_after.py --before /path/old --after /path/new \
         [--rounds 3] [--repeat 5] [--targets opencl] [--quick] scan topk reduce softmax conv2d
+    python benchmarks/before_after.py --before old --after new --targets numpy --cpu \
+        --bench-args="--onnx --models efficientnet_b0,mobilenet_v3" models
 
 Each round runs every family once from each checkout (the order of the two alternates between
 rounds, so drift in the machine's load falls on both), each in its own interpreter with
@@ -10,7 +12,10 @@ process (both are the package ``gpucg``), so "one run" here is one command that 
 them. For each row gpucg prints (a case and an implementation label on a target), the table
 gives the best time over the rounds from each checkout, after/before, and the noise: the
 larger spread (max/min) of either checkout's own times over the rounds. A row is flagged
-"slower" only when after/before exceeds that noise. Peers (NumPy, torch) are timed by both
+"slower" only when after/before exceeds that noise. ``--bench-args`` passes options to every
+family (``models --onnx --models ...``: the model table's rows); ``--cpu`` compares the
+process's CPU time a call where a row reports it (``cpu_seconds``: a loaded machine's waits
+left out) instead of wall time. Peers (NumPy, torch) are timed by both
 checkouts too, which shows how much the machine itself moved between the runs.
 """
 
@@ -20,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -39,6 +45,7 @@ def _run(tree: str, family: str, args, cache: str) -> list[dict]:
     cmd = base + ["--json", "--repeat", str(args.repeat)] + (["--quick"] * args.quick)
     cmd += ["--no-traffic"] * ("--no-traffic" in usage)
     cmd += ["--targets", args.targets] * ("--targets" in usage)
+    cmd += shlex.split(args.bench_args)
     out = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} in {tree} failed ({out.returncode}):\n"
@@ -53,7 +60,9 @@ def _key(row: dict) -> tuple:
     """(case, label without the implementation's name): the same row of both checkouts even
     where the implementation chosen for it changed; the name is kept apart."""
     label = str(row.get("impl", row.get("label", "")))
-    return (str(row.get("case", "")), " ".join(_IMPL.sub("", label).split()))
+    case = row.get("case") or " ".join(str(row[k]) for k in ("model", "export", "batch")
+                                       if k in row)
+    return (str(case), " ".join(_IMPL.sub("", label).split()))
 
 
 def _impl(row: dict) -> str:
@@ -69,6 +78,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--targets", default="opencl,numpy")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--bench-args", default="", help="more options for every family")
+    p.add_argument("--cpu", action="store_true",
+                   help="compare CPU time (cpu_seconds) where a row has it, not wall time")
     p.add_argument("families", nargs="+")
     args = p.parse_args(argv)
     trees = {"before": os.path.abspath(args.before), "after": os.path.abspath(args.after)}
@@ -80,12 +92,16 @@ def main(argv=None) -> int:
             for family in args.families:
                 for side in order:
                     for row in _run(trees[side], family, args, os.path.join(tmp, side)):
-                        if "seconds" in row:
-                            times[(family,) + _key(row)][side].append(row["seconds"])
+                        took = row.get("cpu_seconds" if args.cpu else "seconds",
+                                       row.get("seconds"))
+                        if took is not None:
+                            times[(family,) + _key(row)][side].append(took)
                             impls[(family,) + _key(row)][side] = _impl(row)
                 print(f"round {r + 1}/{args.rounds}: {family} done", file=sys.stderr, flush=True)
     print(f"before: {trees['before']}\nafter:  {trees['after']}\n"
-          f"{args.rounds} interleaved rounds, --repeat {args.repeat}, targets {args.targets}\n")
+          f"{args.rounds} interleaved rounds, --repeat {args.repeat}, targets {args.targets}"
+          f"{', ' + args.bench_args if args.bench_args else ''}; "
+          f"{'CPU' if args.cpu else 'wall'} time a call\n")
     print(f"{'family':<8} {'case':<34} {'row':<22} {'before ms':>10} {'after ms':>10} "
           f"{'after/before':>12} {'noise':>6}  implementation (before -> after)")
     slower = 0

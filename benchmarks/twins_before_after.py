@@ -25,7 +25,7 @@ import tempfile
 CASES = [
     ("dense f16 (130, 64) x (136, 64)", "dense", [(130, 64), (136, 64)], "float16", {},
      "gemm_mma"),
-    ("matmul tf32 (96, 64) x (64, 80)", "matmul", [(96, 64), (64, 80)], "float32",
+    ("dense tf32 (96, 64) x (80, 64)", "dense", [(96, 64), (80, 64)], "float32",
      {"allow_tf32": True}, "gemm_mma"),
     ("conv2d f16 NHWC (2, 9, 9, 16) 3x3 -> 24", "conv2d", [(2, 9, 9, 16), (3, 3, 16, 24)],
      "float16", {"padding": 1, "data_layout": "NHWC", "kernel_layout": "HWIO"}, "direct_mma"),

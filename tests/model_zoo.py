@@ -188,6 +188,16 @@ def resnet50(size="tiny"):
                    32 if size == "tiny" else 224)
 
 
+def resnet18(size="tiny", layers=None):
+    """torchvision's ResNet-18 (``layers``: basic blocks a stage, 2 in ResNet-18's own)."""
+    torchvision()
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    return _vision(lambda: ResNet(BasicBlock, [layers or 2] * 4,
+                                  num_classes=10 if size == "tiny" else 1000),
+                   32 if size == "tiny" else 224)
+
+
 def efficientnet_b0(size="tiny"):
     m = torchvision().models
     return _vision(lambda: m.efficientnet_b0(weights=None), 32 if size == "tiny" else 224)
@@ -231,11 +241,22 @@ def _text(model, vocab, seq):
                 feeds)
 
 
-def bert(size="tiny"):
+def _layers(config, layers):
+    """``config`` with ``layers`` layers where given (the torch back end's tests take one:
+    tracing time grows with the layers, and a second layer adds no new operator)."""
+    if layers is not None:
+        for name in ("num_hidden_layers", "n_layer"):
+            if hasattr(config, name):
+                setattr(config, name, layers)
+    return config
+
+
+def bert(size="tiny", layers=None):
     import transformers as tf
 
     _seed()
-    cfg = tf.BertConfig(**TINY) if size == "tiny" else tf.BertConfig(num_hidden_layers=2)
+    cfg = _layers(tf.BertConfig(**TINY) if size == "tiny" else
+                  tf.BertConfig(num_hidden_layers=2), layers)
     model = tf.BertModel(cfg, add_pooling_layer=False).eval()
     feeds = _ids(cfg.vocab_size)
     return Spec(_wrap(model, ("input_ids", "attention_mask"), "last_hidden_state"),
@@ -244,34 +265,35 @@ def bert(size="tiny"):
                 feeds)
 
 
-def gpt2(size="tiny"):
+def gpt2(size="tiny", layers=None):
     import transformers as tf
 
     _seed()
-    cfg = tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64) \
-        if size == "tiny" else tf.GPT2Config(n_layer=2)
+    cfg = _layers(tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100, n_positions=64)
+                  if size == "tiny" else tf.GPT2Config(n_layer=2), layers)
     return _text(tf.GPT2LMHeadModel(cfg), cfg.vocab_size, 8 if size == "tiny" else 128)
 
 
-def llama(size="tiny"):
+def llama(size="tiny", layers=None):
     """LLaMA with grouped-query attention (4 heads, 2 key/value heads), RoPE, RMSNorm, SwiGLU."""
     import transformers as tf
 
     _seed()
-    cfg = tf.LlamaConfig(**TINY, num_key_value_heads=2) if size == "tiny" else \
-        tf.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
-                       num_attention_heads=16, num_key_value_heads=4, vocab_size=32000)
+    cfg = _layers(tf.LlamaConfig(**TINY, num_key_value_heads=2) if size == "tiny" else
+                  tf.LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=2,
+                                 num_attention_heads=16, num_key_value_heads=4,
+                                 vocab_size=32000), layers)
     return _text(tf.LlamaForCausalLM(cfg), cfg.vocab_size, 8 if size == "tiny" else 128)
 
 
-def vit(size="tiny"):
+def vit(size="tiny", layers=None):
     import transformers as tf
 
     _seed()
-    cfg = tf.ViTConfig(**{k: v for k, v in TINY.items() if k not in ("vocab_size",
-                                                                     "max_position_embeddings")},
-                       image_size=32, patch_size=8) if size == "tiny" else \
-        tf.ViTConfig(num_hidden_layers=2)
+    cfg = _layers(tf.ViTConfig(**{k: v for k, v in TINY.items()
+                                  if k not in ("vocab_size", "max_position_embeddings")},
+                               image_size=32, patch_size=8) if size == "tiny" else
+                  tf.ViTConfig(num_hidden_layers=2), layers)
     feeds = _images()
     side = cfg.image_size
     return Spec(_wrap(tf.ViTModel(cfg, add_pooling_layer=False).eval(), ("pixel_values",),
@@ -346,7 +368,7 @@ def whisper_encoder(size="tiny"):
                 _tensor_inputs(feeds, 2, frames), {"x": {0: "batch"}}, feeds)
 
 
-BUILDERS = {"resnet50": resnet50, "efficientnet_b0": efficientnet_b0,
+BUILDERS = {"resnet50": resnet50, "resnet18": resnet18, "efficientnet_b0": efficientnet_b0,
             "convnext_tiny": convnext_tiny, "mobilenet_v3": mobilenet_v3, "swin": swin,
             "bert": bert, "gpt2": gpt2, "gpt2_past": gpt2_past, "llama": llama, "vit": vit,
             "whisper_encoder": whisper_encoder}

@@ -1,5 +1,5 @@
 """attention's decode kernel (attention_decode), window and ALiBi on every attention
-implementation here, against torch SDPA with explicit masks in float64, on numpy and opencl:
+implementation here (flash_mma: its OpenCL twin), against torch SDPA with explicit masks in float64, on numpy and opencl:
 GQA 32/8 and MQA, Sq 1 and 4, D 80, 128 and 256 (64 in test_paged_attention.py: the same
 kernel), both layouts, two splits of the keys and their log-sum-exps, Skv = 0, arrays not
 16-byte aligned (element copies), special values; the traffic figures of decode at most 1.1x
@@ -51,7 +51,7 @@ CASES = [
                  "return_lse": True}, ("attention_split",)),
     ("MQA bfloat16 D=80 BSHD, Sq 4, causal, window, ALiBi", 1, 4, 1, 4, 300, 80, "bfloat16",
      {"layout": "BSHD", "causal": True, "window": 37, "alibi_slopes": (0.5, 0.25, 0.1, 0.05)},
-     ("attention_simt",)),
+     ("attention_simt", "flash_mma")),
     ("float32 D=256, Sq 4, causal, softcap", 2, 4, 2, 4, 70, 256, "float32",
      {"causal": True, "softcap": 5.0}, ()),
 ]

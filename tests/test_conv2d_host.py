@@ -1,8 +1,9 @@
 """The NumPy target's conv2d paths (gpucg/strategies/conv2d_host.py) against a float64
-shift-and-accumulate reference: depthwise by contiguous runs (stride 1, dilation, asymmetric
-padding, a plane narrower than the kernel's reach), depthwise strided, depthwise with a channel
-multiplier, the 1x1 GEMM path, with the epilogue (bias, activation, residual), special values,
-an empty batch."""
+shift-and-accumulate reference: depthwise channels last by stride phases (strides 1-3,
+asymmetric padding, padding beyond the plane, a plane narrower than the kernel's reach) and by
+contiguous runs of NCHW phase planes (large 3x3 planes at strides 1 and 2, dilation), im2col
+by runs (strides 2 and 4, groups, dilation), depthwise with a channel multiplier, the 1x1
+GEMM path, with the epilogue (bias, activation, residual), special values, an empty batch."""
 
 from __future__ import annotations
 
@@ -40,6 +41,21 @@ CASES = [  # (n, c, h, w), (o, i, kh, kw), strides, padding, dilation, groups
     ((1, 3, 4, 4), (6, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 3),
     ((3, 7, 5, 6), (4, 7, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     ((0, 4, 5, 5), (4, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 4),
+    # channels last by stride phases: stride 3 x 2 with asymmetric padding, a 1x1 kernel
+    # under a stride above it, padding beyond the plane; a 56x56 3x3 plane stays in NCHW
+    ((2, 3, 13, 11), (3, 1, 5, 5), (3, 2), (2, 0, 1, 3), (1, 1), 3),
+    ((1, 4, 9, 9), (4, 1, 1, 1), (3, 3), (0, 0, 0, 0), (1, 1), 4),
+    ((1, 2, 2, 3), (2, 1, 3, 3), (2, 2), (3, 3, 3, 3), (1, 1), 2),
+    ((1, 2, 56, 56), (2, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),
+    # NCHW by stride phases: a large plane at stride 2; dilation 2 at stride 2
+    ((1, 2, 112, 112), (2, 1, 3, 3), (2, 2), (1, 0, 1, 1), (1, 1), 2),
+    ((1, 3, 13, 12), (3, 1, 3, 3), (2, 2), (2, 1, 2, 2), (2, 2), 3),
+    # im2col by runs (few taps a column): a stem's 3x3 at stride 2, a patchify 4x4 at stride
+    # 4, two groups at strides 2 x 1 with dilation and asymmetric padding
+    ((2, 3, 33, 30), (4, 3, 3, 3), (2, 2), (1, 1, 0, 1), (1, 1), 1),
+    ((1, 3, 16, 16), (5, 3, 4, 4), (4, 4), (0, 0, 0, 0), (1, 1), 1),
+    ((1, 4, 40, 37), (6, 2, 3, 2), (2, 1), (2, 0, 1, 1), (2, 1), 2),
+    ((2, 8, 9, 9), (4, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),  # window view: 72 taps
 ]
 
 
@@ -66,3 +82,13 @@ def test_depthwise_special_values_stay_in_their_windows():
     np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(y), np.isinf(want))
     assert np.isnan(y[0, 0]).sum() == 4 and np.isinf(y[0, 1]).sum() == 4
+
+
+def test_depthwise_weights_read_per_channel_equal_tiled(monkeypatch):
+    """Many channels: the channels-last depthwise reads its weights per channel instead of
+    tiled along a row; the same sums."""
+    from gpucg.strategies import conv2d_host
+
+    monkeypatch.setattr(conv2d_host, "WIDE_CHANNELS", 1)
+    for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[7:10]:
+        test_host_paths_equal_the_reference(xs, ws, strides, padding, dilation, groups)

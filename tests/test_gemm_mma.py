@@ -307,3 +307,11 @@ def test_cuda_launch_passes_what_the_kernel_declares(nvrtc_or_skip):
                 arrays[0].ptr += 2  # a view one element in: not 16-byte aligned
                 f(*arrays)
                 assert int(cupy.launches[-1].args[-1]) == 2
+        # a 4096^3 product: 96 KiB of dynamic shared memory, the opt-in attribute raised first
+        f = gpucg.compile("dense", *(gpucg.tensor((4096, 4096), "float16"),) * 2, target="cuda")
+        f(*(cupy.empty((4096, 4096), "float16"),) * 2)
+        launch = cupy.launches[-1]
+        assert launch.shared_mem == f.specs(0)["gemm"].dynamic_local > 64 * 1024
+        assert (launch.entry, "max_dynamic_shared_size_bytes", launch.shared_mem) in \
+            cupy.attributes
+        assert launch.grid[1:] in ((), (1,))  # (tiles, batches) with one batch

@@ -111,11 +111,27 @@ def test_the_folders_form_layers():
 
     for m in sorted(rooms):
         below(m, [])
-    tools = {m for m, ns in rooms.items() if "gpucg.onnx" in ns}
+    tools = {m for m, ns in rooms.items() if "gpucg.onnx" in ns or "gpucg.torch" in ns}
     assert tools <= {"gpucg.cli", "gpucg.benchmarks"}, tools
     for low in ("gpucg.space", "gpucg.records", "gpucg.runtime"):
         assert not rooms.get(low, set()) & {"gpucg.autotune", "gpucg.verify", "gpucg.compiled",
                                             "gpucg.strategies", "gpucg.ops"}, low
+
+
+def test_both_front_ends_stand_on_the_graph_layer():
+    """gpucg.onnx and the torch back end (gpucg.torch) both lower into the graph layer
+    (gpucg.graph) and import it; neither imports the other, and the graph layer imports
+    neither: fusion, size folding and the compiled program are written once."""
+    rooms: dict[str, set[str]] = {}
+    for mod, names in import_graph().items():
+        rooms.setdefault(_room(mod), set()).update(_room(n) for n in names)
+    assert "gpucg.graph" in rooms["gpucg.onnx"] and "gpucg.graph" in rooms["gpucg.torch"]
+    assert "gpucg.torch" not in rooms["gpucg.onnx"], rooms["gpucg.onnx"]
+    assert "gpucg.onnx" not in rooms["gpucg.torch"], rooms["gpucg.torch"]
+    assert not rooms["gpucg.graph"] & {"gpucg.onnx", "gpucg.torch", "gpucg.cli",
+                                       "gpucg.benchmarks"}, rooms["gpucg.graph"]
+    text = "\n".join(p.read_text() for p in (ROOT / "graph").glob("*.py"))
+    assert "import onnx" not in text and "import torch" not in text
 
 
 def test_no_file_is_over_400_lines():

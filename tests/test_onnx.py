@@ -88,7 +88,7 @@ def test_explain_shows_the_bert_layers_fusions(models, compiled):
     assert "causal=True" in causal and "causal Where(-inf)" in causal
     assert "activation='gelu_tanh'" in causal and "gpucg.ops.take(axis=0)" in causal
     cnn = _compiled(compiled, models, "resnet", "numpy").explain()
-    assert cnn.count("BatchNormalization folded") == 6
+    assert cnn.count("batch_norm folded") == 6
     assert cnn.count("Add (residual) in the epilogue, before the activation") == 2
     assert "for the symbolic sizes batch, height, width" in cnn
     pool = next(s.op for s in _compiled(compiled, models, "resnet", "numpy").steps

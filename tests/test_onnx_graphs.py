@@ -1,6 +1,8 @@
 """gpucg.onnx on graphs built here with onnx.helper, as exporters write them: torch's dynamo
 exporter's scaled-dot-product attention (Q and K^T each scaled by the square root of the
-scale), and Expand to sizes a Shape subgraph computes from symbolic dimensions. Each compiled
+scale), Expand to sizes a Shape subgraph computes from symbolic dimensions, and SiLU and
+HardSwish after convolutions and a Gemm (fused into their epilogues), and ConvNeXt's layer
+scale (a Mul per channel after a dense and a transpose: folded into the weights). Each compiled
 once per target and run at two sizes against onnxruntime."""
 
 from __future__ import annotations
@@ -75,11 +77,52 @@ def _expand():
                   [("big", F), ("centred", F)], consts)
 
 
+def _activations():
+    """EfficientNet's and MobileNetV3's activations as torch exports them: Conv, then Sigmoid
+    and Mul (SiLU); a depthwise Conv, then HardSwish; pooled, a Gemm, then Sigmoid and Mul.
+    Each activation runs in its producer's epilogue."""
+    rng = np.random.default_rng(2)
+    consts = {"w1": rng.standard_normal((8, 3, 3, 3)).astype(np.float32) / 4,
+              "b1": rng.standard_normal(8).astype(np.float32),
+              "w2": rng.standard_normal((8, 1, 5, 5)).astype(np.float32) / 4,
+              "b2": rng.standard_normal(8).astype(np.float32),
+              "wg": rng.standard_normal((6, 8)).astype(np.float32),
+              "bg": rng.standard_normal(6).astype(np.float32)}
+    nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             N("Sigmoid", ["c1"], ["s1"]), N("Mul", ["c1", "s1"], ["a1"]),
+             N("Conv", ["a1", "w2", "b2"], ["c2"], pads=[2, 2, 2, 2], strides=[2, 2], group=8),
+             N("HardSwish", ["c2"], ["y"]), N("GlobalAveragePool", ["y"], ["p"]),
+             N("Flatten", ["p"], ["f"]), N("Gemm", ["f", "wg", "bg"], ["g"], transB=1),
+             N("Sigmoid", ["g"], ["sg"]), N("Mul", ["sg", "g"], ["z"])]
+    return _model(nodes, [("x", F, ["b", 3, "s", "s"])], [("y", F), ("z", F)], consts)
+
+
+def _layer_scale():
+    """ConvNeXt's block tail: to NHWC, MatMul and Add (a dense), back to NCHW, Mul by a
+    (C, 1, 1) layer scale, Add the block's input; and a Conv times one number. Both Muls
+    fold into the weights."""
+    rng = np.random.default_rng(3)
+    consts = {"w": rng.standard_normal((8, 8)).astype(np.float32),
+              "b": rng.standard_normal(8).astype(np.float32),
+              "gamma": rng.standard_normal((8, 1, 1)).astype(np.float32),
+              "wc": rng.standard_normal((4, 8, 1, 1)).astype(np.float32),
+              "half": np.float32(0.5)}
+    nodes = [N("Transpose", ["x"], ["xt"], perm=[0, 2, 3, 1]), N("MatMul", ["xt", "w"], ["m"]),
+             N("Add", ["m", "b"], ["mb"]), N("Transpose", ["mb"], ["mt"], perm=[0, 3, 1, 2]),
+             N("Mul", ["mt", "gamma"], ["ms"]), N("Add", ["ms", "x"], ["y"]),
+             N("Conv", ["x", "wc"], ["c"]), N("Mul", ["half", "c"], ["z"])]
+    return _model(nodes, [("x", F, ["b", 8, "s", "s"])], [("y", F), ("z", F)], consts)
+
+
 GRAPHS = {"sdpa_dynamo": lambda: _sdpa("dynamo"), "sdpa_transposed": lambda: _sdpa("transposed"),
-          "expand": _expand}
+          "expand": _expand, "activations": _activations, "layer_scale": _layer_scale}
 
 
 def _feeds(name: str, b: int, s: int, rng) -> dict:
+    if name == "activations":
+        return {"x": rng.standard_normal((b, 3, s, s)).astype(np.float32) * 3}
+    if name == "layer_scale":
+        return {"x": rng.standard_normal((b, 8, s, s)).astype(np.float32)}
     if name == "expand":
         return {"x": rng.standard_normal((b, s, 8)).astype(np.float32),
                 "mask": rng.standard_normal((b, s)).astype(np.float32)}
@@ -105,6 +148,12 @@ def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
         assert text.count("-> gpucg.ops.attention(causal=False, scale=0.25") == 1
         assert "attention pattern: MatMul(Q, K^T) -> scale 0.25 -> " in text
         assert "gpucg.ops.fused" not in text and "Mul" in text.split("attention(")[0]
+    elif name == "activations":  # SiLU and HardSwish in the conv2d and dense epilogues
+        assert text.count("activation='silu'") == 2 and "activation='hardswish'" in text
+        assert "gpucg.ops.fused" not in text
+    elif name == "layer_scale":  # no Mul left: the layer scale and the 0.5 are in the weights
+        assert text.count("Mul by a per-channel constant folded") == 2
+        assert "multiply" not in text and "gpucg.ops.fused(expr='add(x0, x1)')" in text
     else:
         assert text.count("(Expand)") == 2 and "broadcast_to" not in text
     if name == "sdpa_dynamo":  # K^T's Reshape, Transpose, Reshape: K read as it is

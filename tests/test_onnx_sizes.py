@@ -4,7 +4,7 @@ ConstantOfShape), size-dependent values (an arange added to the data), Pad with 
 a 1-D convolution, the activations (HardSwish, HardSigmoid, Softplus, Mish, Elu, Selu), the
 boolean and special-value nodes; each graph
 compiled once per target and run at two sizes against onnxruntime, NaN and infinities among
-the inputs. And the size arithmetic alone (gpucg.onnx.sizes), and a crash in lowering."""
+the inputs. And the size arithmetic alone (gpucg.graph.sizes), and a crash in lowering."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import gpucg  # noqa: E402
 import gpucg.onnx  # noqa: E402
 import onnx_models  # noqa: E402
-from gpucg.onnx import sizes  # noqa: E402
+from gpucg.graph import sizes  # noqa: E402
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 N = helper.make_node
@@ -132,7 +132,7 @@ def test_equals_onnxruntime_at_two_sizes(name, target, compiled):
 
 
 def test_the_size_arithmetic_on_symbols():
-    """gpucg.onnx.sizes folds shape computations on gpucg vars: what holds for every size is
+    """gpucg.graph.sizes folds shape computations on gpucg vars: what holds for every size is
     decided (Max(n*m, 1) is n*m; n == -1 is false), the rest is NotSymbolic."""
     n, m = gpucg.var("n"), gpucg.var("m")
     v = np.array([n, m, 4], dtype=object)

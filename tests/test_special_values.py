@@ -92,7 +92,7 @@ OPS = {name: (name, {}) for name in ("exp", "log", "sqrt", "rsqrt", "abs", "nega
                                       "selu")}
 OPS["gelu_tanh"] = ("gelu", {"approximate": "tanh"})
 OPS["relu6"] = ("clip", {"a_min": 0.0, "a_max": 6.0})
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "hardswish")
 
 
 def values(dtype: str) -> np.ndarray:

@@ -233,11 +233,12 @@ def cuda_mma(a: MmaAtom) -> str:
 
 # -- OpenCL: the emulation, read off the same maps ---------------------------------------------
 
-#: how the emulation turns one element of a register into a float, per kind: ``{w}`` the
-#: 32-bit word, ``{s}`` the element's number in it
+#: how the emulation reads element ``{e}`` of the scratch as a float, per kind: the element's
+#: number counted in elements of its own size from the scratch's start (``{ws}``: the scratch)
 _ELEMENT = {
-    "f16": "vload_half(0, (const half*)&h)",
-    "bf16": "as_float(((uint)h) << 16)",
+    "f16": "vload_half({e}, (__local const half*){ws})",
+    "bf16": "as_float(((uint)((__local const ushort*){ws})[{e}]) << 16)",
+    "tf32": "as_float(gpucg_tf32({ws}[{e}]))",
 }
 
 
@@ -268,20 +269,17 @@ def opencl_mma(a: MmaAtom) -> str:
     inverted maps (:func:`inverse`, as constant tables) say they are. Operands are converted to
     float as the tensor core reads them (tf32: rounded as cvt.rna.tf32.f32 does) and summed in
     float32. Call it from work-group uniform control flow (it holds barriers)."""
-    if a.kind == "tf32":
-        load = "as_float(gpucg_tf32(w))"
-    elif a.kind in _ELEMENT:
-        load = ("gpucg_b16_" + a.kind + "(w, s)")
-    else:
+    if a.kind not in _ELEMENT:
         raise DTypeError(f"atom {a.kind} has no OpenCL emulation yet")
     row, col = a.c_at(Ix("lane"), Ix("e"))
     boff = 32 * a.a_regs
-    conv = ""
-    if a.kind != "tf32":
-        fn = _ELEMENT[a.kind]
-        conv = (f"static inline float gpucg_b16_{a.kind}(uint w, uint s)\n{{\n"
-                f"    const ushort h = (ushort)(s ? w >> 16 : w & 0xFFFFu);\n    return {fn};\n}}\n")
-    return (conv + _table(f"gpucg_mma_{a.kind}_a", inverse(a, "A"))
+
+    def element(table_entry: str, base: int) -> str:
+        # (word << 2 | element in the word) -> the element's number of its own size
+        word = f"({base} + ({table_entry} >> 2))" if base else f"({table_entry} >> 2)"
+        e = f"{word} * {a.epr} + ({table_entry} & 3)" if a.epr > 1 else word
+        return _ELEMENT[a.kind].format(e=e, ws="ws")
+    return (_table(f"gpucg_mma_{a.kind}_a", inverse(a, "A"))
             + _table(f"gpucg_mma_{a.kind}_b", inverse(a, "B")) +
             f"/* emulated {a.ptx} (maps: gpucg/codegen/mma_atom.py) */\n"
             f"static inline void gpucg_mma_{a.kind}(__local uint* ws, int lane, float* c, "
@@ -295,11 +293,7 @@ def opencl_mma(a: MmaAtom) -> str:
             f"        for (int k = 0; k < {a.k}; ++k) {{\n"
             f"            const uint pa = gpucg_mma_{a.kind}_a[row * {a.k} + k];\n"
             f"            const uint pb = gpucg_mma_{a.kind}_b[k * {a.n} + col];\n"
-            "            uint w = ws[pa >> 2], s_ = pa & 3;\n"
-            f"            const float x = {load.replace('(w, s)', '(w, s_)')};\n"
-            f"            w = ws[{boff} + (pb >> 2)]; s_ = pb & 3;\n"
-            f"            const float y = {load.replace('(w, s)', '(w, s_)')};\n"
-            "            s += x * y;\n"
+            f"            s += {element('pa', 0)} * {element('pb', boff)};\n"
             "        }\n"
             "        c[e] = s;\n"
             "    }\n"

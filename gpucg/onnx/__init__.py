@@ -36,7 +36,7 @@ def compile(model, target=None, *, dims=None) -> Model:  # noqa: A001
             followed. UnsupportedError (an OnnxError) lists every node without a gpucg
             operator, with its op type and domain, before anything runs.
     """
-    from .fuse import fuse
+    from ..graph.fuse import fuse
     from .lower import Lowering
 
     require_onnx()

@@ -161,61 +161,19 @@ def _dump_args(sp) -> None:
     sp.add_argument("-o", "--output", required=True, help="the directory to write")
 
 
-def lowered(args) -> list:
-    """(target, [(step, Call, CompiledOp or None for a view)]): the model compiled for its
-    target without running it (no arrays made, so a CUDA dump needs no GPU)."""
-    from .. import compiled as _compiled
+def cmd_dump(args) -> int:
+    from ..graph.dump import dump
+    from ..graph.fuse import fuse
     from ..target import resolve
-    from .fuse import fuse
     from .graph import Graph, load, require_onnx
     from .lower import Lowering
 
     require_onnx()
     g = Graph(load(args.model), parse_dims(args.dim))
     target = resolve(args.target)
-    return target, [(k, c, None if c.view is not None else _compiled.compile(
-        c.op, *(g.type_of(i) for i in c.inputs), target=target, **c.attrs))
-        for k, c in enumerate(fuse(g, Lowering(g).run()))]
-
-
-def step_dir(k: int, call) -> str:
-    """A step's directory: its index, operator and first ONNX node (file-name safe)."""
-    import re
-
-    first = (call.nodes or ["added"])[0].split(" (")[0]  # "/q/MatMul (MatMul)"
-    node = re.sub(r"[^A-Za-z0-9_.-]", "_", first).strip("_.")
-    return f"{k:03d}_{call.op}_{node}"[:96]
-
-
-def cmd_dump(args) -> int:
-    from pathlib import Path
-
-    from ..cli_args import file_name
-    from ..codegen import dialect_for
-
-    target, steps = lowered(args)
-    ext = dialect_for(target.backend).source_ext if target.backend != "numpy" else ""
-    root = Path(args.output)
-    index = [f"# {args.model} on {target}: one directory a gpucg call (its kernels and its "
-             "dispatcher), named by step, operator and first ONNX node"]
-    for k, call, op in steps:
-        nodes = ", ".join(call.nodes) or "(added)"
-        if op is None:
-            index.append(f"{k:03d} reshape (a view, no kernel): {nodes}")
-            continue
-        out = root / step_dir(k, call)
-        out.mkdir(parents=True, exist_ok=True)
-        files = []
-        for key, src in op.sources.items():
-            (out / file_name(key, ext)).write_text(src)
-            files.append(file_name(key, ext))
-        (out / "dispatcher.py").write_text(op.dispatcher_source)
-        files.append("dispatcher.py")
-        index.append(f"{k:03d} {call.op}: {nodes} -> {out.name}/ {' '.join(files)}")
-        print(out)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "index.txt").write_text("\n".join(index) + "\n")
-    print(root / "index.txt")
+    for path in dump(g, fuse(g, Lowering(g).run()), target, args.output,
+                     f"{args.model} on {target}"):
+        print(path)
     return 0
 
 

@@ -1,8 +1,9 @@
-"""Reading an ONNX model into gpucg's terms: nodes, constants, graph inputs whose dim_params
-become gpucg vars, and the kinds of value the lowering tells apart: constants (folded once, by
-onnx's reference evaluator), size vectors (shape subgraphs computed on SymPy sizes:
-gpucg/onnx/sizes.py), size-dependent values (computed on the host once per binding of the
-sizes: gpucg/onnx/host.py) and tensors (gpucg operator calls: gpucg/onnx/lower.py).
+"""Reading an ONNX model into gpucg's graph (gpucg/graph/ir.py): nodes, constants, graph
+inputs whose dim_params become gpucg vars. The lowering (gpucg/onnx/lower.py) then sorts the
+values into the graph's kinds: constants (folded once, by onnx's reference evaluator), size
+vectors (shape subgraphs computed on SymPy sizes: gpucg/graph/sizes.py), size-dependent values
+(computed on the host once per binding of the sizes: gpucg/graph/host.py, each node by onnx's
+reference evaluator) and tensors (gpucg operator calls).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ import re
 from pathlib import Path
 
 import numpy as np
-import sympy
 
-from ..errors import GpucgError, describe
+from ..errors import describe
+from ..graph.ir import Graph as Base, GraphError
 from ..shape import TensorType, var
 
 
-class OnnxError(GpucgError):
+class OnnxError(GraphError):
     """A model gpucg.onnx cannot take: unreadable, a shape it cannot follow, bad inputs."""
 
 
@@ -58,14 +59,45 @@ class Node:
     def label(self) -> str:
         return f"{self.name} ({self.op})"
 
+    def compute(self, arrays: list) -> list:
+        """The node on NumPy inputs, by onnx's reference evaluator (constant folding, and a
+        size-dependent value at one binding of the sizes)."""
+        from onnx.reference import ReferenceEvaluator
 
-class Graph:
-    """The model's values: constants (NumPy), size vectors (object arrays of ints and SymPy
-    expressions), size-dependent values (the node computing each), tensor types (gpucg
-    TensorTypes, symbolic), and the nodes still to lower."""
+        feeds = dict(zip([i for i in self.inputs if i], arrays))
+        return ReferenceEvaluator(self.proto, new_ops=_overrides()).run(None, feeds)
+
+
+_OVERRIDES: list = []
+
+
+def _overrides() -> list:
+    """NumPy kernels for the reference evaluator's ops that fail on real graphs: its
+    GatherElements goes through np.choose, which takes at most 64 choices (BERT's position
+    buffer gathers from 512)."""
+    if not _OVERRIDES:
+        from onnx.reference.op_run import OpRun
+
+        class GatherElements(OpRun):
+            op_domain = ""
+
+            def _run(self, data, indices, axis=0):
+                idx = np.where(indices < 0, indices + data.shape[axis], indices)
+                return (np.take_along_axis(data, idx.astype(np.int64), axis=axis),)
+
+        _OVERRIDES.append(GatherElements)
+    return _OVERRIDES
+
+
+class Graph(Base):
+    """The model's values (gpucg.graph.ir.Graph's tables), read from the ONNX proto, and the
+    ONNX nodes still to lower."""
+
+    error = OnnxError
 
     def __init__(self, proto, dims: dict | None = None):
         onnx = require_onnx()
+        super().__init__()
         self.fixed = dict(dims or {})
         self._fixed_seen: set[str] = set()
         from onnx import numpy_helper
@@ -73,17 +105,9 @@ class Graph:
         self.proto = proto
         graph = proto.graph
         self.opset = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
-        self.consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t)
-                                              for t in graph.initializer}
-        self.sizes: dict[str, np.ndarray] = {}
-        self.size_dtypes: dict[str, str] = {}  # a size vector's integer dtype (int64 unless cast)
-        self.dynamic: dict[str, Node] = {}
-        self.types: dict[str, TensorType] = {}
-        self.symbols: dict[str, object] = {}
-        self.dynamic_type = None  # (graph, name) -> a size-dependent value's type (host.py's)
+        self.consts.update((t.name, numpy_helper.to_array(t)) for t in graph.initializer)
         self.inputs = [i.name for i in graph.input if i.name not in self.consts]
         self.outputs = [o.name for o in graph.output]
-        self.alias: dict[str, str] = {}  # Identity and Dropout outputs: the value they pass on
         self.results = list(self.outputs)  # the outputs' values, aliases followed
         for i in graph.input:
             if i.name in self.consts:
@@ -125,25 +149,6 @@ class Graph:
         ident = re.sub(r"\W", "_", label)
         ident = ident if ident[:1].isalpha() else "d_" + ident
         return self.symbols.setdefault(label, var(ident))
-
-    def kind(self, name: str) -> str:
-        """'const', 'sizes', 'dynamic' or 'tensor'."""
-        if name in self.consts:
-            return "const"
-        if name in self.sizes:
-            return "sizes"
-        return "dynamic" if name in self.dynamic else "tensor"
-
-    def type_of(self, name: str) -> TensorType:
-        if name in self.consts:
-            c = self.consts[name]
-            return TensorType(tuple(c.shape), c.dtype.name)
-        if name in self.dynamic and name not in self.types and self.dynamic_type:
-            self.types[name] = self.dynamic_type(self, name)
-        if name not in self.types:
-            raise OnnxError(f"value {name!r} is used before a node computes it, or its shape "
-                            "depends on data gpucg.onnx cannot follow")
-        return self.types[name]
 
 
 def load(model):

@@ -1,45 +1,27 @@
-"""Each ONNX node as gpucg operator calls (:class:`Call`), their output types from the
-operators' own type relations (SymPy sizes), constants and size subgraphs folded on the way.
+"""Each ONNX node as gpucg operator calls on gpucg's graph (gpucg/graph/: the
+:class:`~gpucg.graph.ir.Call` s a :class:`~gpucg.graph.build.Builder` makes), their output types
+from the operators' own type relations (SymPy sizes), constants and size subgraphs folded on the
+way.
 
 A node is, by its inputs: a constant (all inputs constant: evaluated once), a size vector
-(shape arithmetic: :data:`ONNX` maps it onto gpucg/onnx/sizes.py's operators, on symbolic
+(shape arithmetic: :data:`ONNX` maps it onto gpucg/graph/sizes.py's operators, on symbolic
 sizes), size-dependent (no tensor input, not foldable on symbols: computed on the host per
-binding of the sizes, gpucg/onnx/host.py), or a tensor node lowered by its handler
+binding of the sizes, gpucg/graph/host.py), or a tensor node lowered by its handler
 (gpucg/onnx/nodes.py, whose :data:`TABLE` is the operator coverage docs/onnx.md prints).
-Elementwise nodes become one-node ``fused`` calls (an expression over x0, x1, ...);
-gpucg/onnx/fuse.py then joins chains of them into one kernel and into the epilogues of dense and
-conv2d.
+gpucg/graph/fuse.py then joins chains of elementwise calls into one kernel and into the
+epilogues of dense and conv2d.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..errors import GpucgError
-from ..op import get_op
-from ..ops._expr import node as ew_node, placeholders
-from ..shape import TensorType
-from . import sizes
+from ..graph import sizes
+from ..graph.build import Builder
+from ..graph.host import dynamic_type
 from .graph import DTYPES, Graph, Node, OnnxError, UnsupportedError
-from .host import dynamic_type, evaluate
 from .nodes import TABLE
-
-
-@dataclasses.dataclass
-class Call:
-    """One gpucg operator call: ``op`` on value names ``inputs`` (constants among them) giving
-    ``outputs``; ``nodes``: the ONNX nodes it computes; ``fusion``: what was fused into it;
-    ``view``: for a reshape to symbolic sizes, the target sizes (it runs as a view)."""
-
-    op: str
-    attrs: dict
-    inputs: list
-    outputs: list
-    nodes: list
-    fusion: list = dataclasses.field(default_factory=list)
-    view: tuple | None = None
 
 
 #: ONNX ops on size vectors -> the gpucg operator sizes.fold computes
@@ -69,50 +51,13 @@ def _size_attrs(n: Node, values: list) -> dict:
     return at
 
 
-class Lowering:
+class Lowering(Builder):
     """Walks the nodes in order: folds what needs no kernel, lowers the rest to calls."""
 
     def __init__(self, g: Graph):
-        self.g, self.calls, self.unsupported, self.alias = g, [], [], g.alias
-        self._count = 0
+        super().__init__(g)
+        self.unsupported = []
         g.dynamic_type = dynamic_type
-
-    def ref(self, name: str) -> str:
-        while name in self.alias:
-            name = self.alias[name]
-        return name
-
-    def const(self, array, hint: str) -> str:
-        self._count += 1
-        name = f"{hint}#{self._count}"
-        self.g.consts[name] = np.ascontiguousarray(array)
-        return name
-
-    def emit(self, node: Node, op: str, inputs, outputs=None, **attrs) -> list:
-        """A call of ``op``; its output types inferred (names made up when not given)."""
-        inputs = [self.ref(i) for i in inputs]
-        o = get_op(op)
-        types = o.infer(tuple(self.g.type_of(i) for i in inputs), o.make_attrs(**attrs))
-        if outputs is None:
-            self._count += 1
-            outputs = [f"{node.name}/{op}#{self._count}_{k}" for k in range(len(types))]
-        for name, t in zip(outputs, types):
-            self.g.types[name] = t
-        self.calls.append(Call(op, attrs, inputs, list(outputs), [node.label]))
-        return outputs
-
-    def view(self, node: Node, x: str, dims: tuple, output: str) -> None:
-        """A reshape of ``x`` to symbolic sizes ``dims``: a view, no kernel."""
-        self.g.types[output] = TensorType(dims, self.g.type_of(x).dtype)
-        self.calls.append(Call("reshape", {}, [x], [output], [node.label], view=dims))
-
-    def elementwise(self, node: Node, op: str, inputs, **attrs) -> None:
-        tree = ew_node(op, placeholders(len(inputs)), attrs)
-        self.emit(node, "fused", inputs, node.outputs[:1], expr=str(tree))
-
-    def expression(self, node: Node, expr, inputs) -> None:
-        """An elementwise node as a fused expression (an Expr over x0, x1, ...)."""
-        self.emit(node, "fused", inputs, node.outputs[:1], expr=str(expr))
 
     def run(self) -> list:
         failed: set = set()  # values of nodes that could not be lowered
@@ -162,10 +107,10 @@ class Lowering:
             self.unsupported.append((n, ""))
             return
         if n.op == "Constant":
-            g.consts[n.outputs[0]] = np.asarray(evaluate(n, [])[0])
+            g.consts[n.outputs[0]] = np.asarray(n.compute([])[0])
             return
         if present and all(k == "const" for k in kinds):
-            for name, value in zip(n.outputs, evaluate(n, [g.consts[i] for i in present])):
+            for name, value in zip(n.outputs, n.compute([g.consts[i] for i in present])):
                 g.consts[name] = np.asarray(value)
             return
         if n.op == "Shape" and kinds[0] == "sizes":

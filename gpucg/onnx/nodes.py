@@ -11,7 +11,7 @@ import sympy
 from ..ops._expr import node as ew, placeholders
 from ..shape import TensorType, product, simplify_dim
 from .graph import DTYPES, OnnxError
-from .host import host_value, size_ones, size_vector
+from ..graph.host import host_value, size_vector
 
 UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Exp": "exp",
          "Log": "log", "Sqrt": "sqrt", "Abs": "abs", "Neg": "negative"}
@@ -244,17 +244,7 @@ def _arg(lw, n, ins):
 def _expand(lw, n, ins):
     shape = [simplify_dim(d) for d in lw.g.sizes[ins[1]].reshape(-1)] if ins[1] in lw.g.sizes \
         else _ints_of(lw, ins[1], f"{n.label} shape")
-    have = lw.g.type_of(ins[0]).shape
-    rank = max(len(have), len(shape))
-    have, shape = (1,) * (rank - len(have)) + have, (1,) * (rank - len(shape)) + tuple(shape)
-    if any(a != 1 and b != 1 and a != b for a, b in zip(have, shape)):
-        raise OnnxError(f"{n.label}: the input's shape {have} does not broadcast to {shape}")
-    out = tuple(a if b == 1 else b for a, b in zip(have, shape))
-    if all(isinstance(d, int) for d in out):
-        lw.emit(n, "broadcast_to", ins[:1], n.outputs, shape=out)
-        return  # symbolic: selected against True of the sizes it grows to, made once per size
-    ones = size_ones(lw.g, f"{n.name}/ones", [b if a == 1 else 1 for a, b in zip(have, shape)])
-    lw.emit(n, "fused", [ins[0], ones], n.outputs, expr="where(x1, x0, x0)")
+    lw.broadcast(n, ins[0], shape, n.outputs[0])
 
 
 def _logic(lw, n, ins):

@@ -13,6 +13,7 @@ activation is the elementwise operator of that name (gpucg/ops/_unary.py), appli
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -96,8 +97,36 @@ def activation_tree(activation, dtype: str):
 
 def activate(y: np.ndarray, activation) -> np.ndarray:
     """The activation on a float array, as the elementwise operator of that name computes it."""
-    tree = activation_tree(activation, y.dtype.name)
-    return y if tree is None else _expr.evaluate(tree, [y])
+    return y if activation is None else _activation_function(activation, y.dtype.name)([y])
+
+
+@functools.lru_cache(maxsize=None)
+def _activation_function(activation, dtype: str):
+    """The activation's NumPy function (typed once per dtype: a call's epilogue reuses it)."""
+    return _expr.numpy_function(activation_tree(activation, dtype))
+
+
+#: elements of one block of :func:`activate_in_place` (its temporaries stay in cache)
+ACTIVATE_BLOCK = 1 << 16
+
+
+def activate_in_place(y: np.ndarray, activation) -> np.ndarray:
+    """:func:`activate` on a writeable contiguous float array, written over it a block at a
+    time: the operator's own values, with temporaries of a block's size (the whole-array
+    form allocates several arrays of y's size, each a fresh run of pages to fault in)."""
+    fn = _activation_function(activation, y.dtype.name)
+    flat = y.reshape(-1)
+    for i in range(0, flat.size, ACTIVATE_BLOCK):
+        block = flat[i:i + ACTIVATE_BLOCK]
+        block[...] = fn([block])
+    return y
+
+
+def dense_flat(y: np.ndarray):
+    """y's elements in memory order as a 1-D view when y is one dense block of memory (C
+    order, or a transposed view of one: a channels-last result), else None."""
+    t = y.transpose(np.argsort([-abs(s) for s in y.strides], kind="stable"))
+    return t.reshape(-1) if t.flags.c_contiguous else None
 
 
 def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
@@ -114,11 +143,13 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
             scaled = scaled * y.dtype.type(attrs.beta)
     if scaled is not None and attrs.residual_position == "before":
         y += scaled
+    flat = dense_flat(y) if attrs.activation and y.flags.writeable else None
     if attrs.activation == "relu" and y.flags.writeable:  # in place: the same np.maximum
         np.maximum(y, y.dtype.type(0), out=y)
-    elif attrs.activation == "gelu" and y.dtype == np.float32 and y.flags.writeable and \
-            y.flags.c_contiguous:  # in place: the operator's own float32 gelu
-        _unary.gelu_in_place(y)
+    elif attrs.activation == "gelu" and y.dtype == np.float32 and flat is not None:
+        _unary.gelu_in_place(flat)  # in place: the operator's own float32 gelu
+    elif flat is not None:
+        activate_in_place(flat, attrs.activation)
     else:
         y = activate(y, attrs.activation)
     if scaled is not None and attrs.residual_position == "after":

@@ -176,29 +176,35 @@ def _int_power(a, b):
 
 def evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
     """``op`` on NumPy arrays (or Python scalars), in the loop dtypes, as the output dtype."""
+    with np.errstate(all="ignore"):
+        return step(op, loop, out, attrs)(args)
+
+
+def step(op: str, loop: tuple, out: str, attrs: dict):
+    """:func:`evaluate` of one operator as a function of its operands, its branch and dtypes
+    chosen once (a fused expression evaluated block by block calls it per block); the
+    caller holds ``np.errstate(all="ignore")``."""
     if any(t in ML_DTYPES for t in loop):  # ml_dtypes rounds every step: float32 as kernels do
         loop = tuple("float32" if t in ML_DTYPES else t for t in loop)
-    with np.errstate(all="ignore"):
-        return _evaluate(op, [np.asarray(a, lt) for a, lt in zip(args, loop)], loop, out, attrs)
-
-
-def _evaluate(op: str, args: list, loop: tuple, out: str, attrs: dict):
-    dt = np.dtype(out)
+    dt, types = np.dtype(out), tuple(np.dtype(t) for t in loop)
     if op in TABLE and loop[0] in _FLOATS:  # float16 computes in float32
-        y = TABLE[op].numpy(args[0].astype(literals.compute_dtype(loop[0]), copy=False), attrs)
-    elif op == "power" and np.dtype(loop[0]).kind in "iu":
-        y = _int_power(*args)
+        compute, fn = np.dtype(literals.compute_dtype(loop[0])), TABLE[op].numpy
+        y = lambda a: fn(a[0].astype(compute, copy=False), attrs)  # noqa: E731
+    elif op == "power" and types[0].kind in "iu":
+        y = lambda a: _int_power(*a)  # noqa: E731
     elif op == "relu":
-        y = np.maximum(args[0], np.zeros((), args[0].dtype))
+        zero = np.zeros((), types[0])
+        y = lambda a: np.maximum(a[0], zero)  # noqa: E731
     elif op == "clip":
-        y = TABLE["clip"].numpy(args[0], attrs)
+        y = lambda a: TABLE["clip"].numpy(a[0], attrs)  # noqa: E731
     elif op == "where":
-        y = np.where(args[0], args[1], args[2])
+        y = lambda a: np.where(a[0], a[1], a[2])  # noqa: E731
     elif op == "identity":
-        y = args[0]
+        y = lambda a: a[0]  # noqa: E731
     else:
-        y = _UFUNC[op](*args)
-    return np.asarray(y).astype(dt, copy=False)
+        y = lambda a: _UFUNC[op](*a)  # noqa: E731
+    return lambda args: np.asarray(y([np.asarray(a, t) for a, t in zip(args, types)])).astype(
+        dt, copy=False)
 
 
 # -- C ----------------------------------------------------------------------------------------

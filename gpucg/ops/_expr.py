@@ -174,16 +174,33 @@ def typecheck(e: Expr, dtypes: tuple) -> Typed:
     return Typed(e, out, loop, args)
 
 
-def evaluate(t: Typed, arrays, root: bool = True):
+def evaluate(t: Typed, arrays):
     """The tree on NumPy arrays, each node as NumPy computes it; a bfloat16 or FP8 value between
     two nodes stays float32, as in the kernel (ml_dtypes' arrays would round it)."""
-    if t.expr.op == "input":
-        return arrays[t.expr.args[0]]
-    if t.expr.op == "const":
-        return t.expr.args[0]
-    args = [evaluate(a, arrays, False) for a in t.args]
-    out = "float32" if t.out in ML_DTYPES and not root else t.out
-    return spec.evaluate(t.expr.op, args, t.loop, out, dict(t.expr.attrs))
+    return numpy_function(t)(arrays)
+
+
+def numpy_function(t: Typed):
+    """:func:`evaluate` of the tree as a function of its input arrays, each node's operation
+    and dtypes chosen once: block-by-block evaluation calls it many times."""
+    def build(n: Typed, root: bool):
+        if n.expr.op == "input":
+            k = n.expr.args[0]
+            return lambda arrays: arrays[k]
+        if n.expr.op == "const":
+            v = n.expr.args[0]
+            return lambda arrays: v
+        parts = [build(a, False) for a in n.args]
+        out = "float32" if n.out in ML_DTYPES and not root else n.out
+        f = spec.step(n.expr.op, n.loop, out, dict(n.expr.attrs))
+        return lambda arrays: f([p(arrays) for p in parts])
+
+    fn = build(t, True)
+
+    def run(arrays):
+        with np.errstate(all="ignore"):
+            return fn(arrays)
+    return run
 
 
 def to_c(t: Typed, d, inputs: tuple = (), temp: str = "t") -> tuple[list, str, dict]:

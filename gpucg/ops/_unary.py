@@ -182,10 +182,11 @@ TABLE.update({
                   lambda x, lit, a: f"({x} / ({lit(1)} + exp(-{x})))",
                   lambda a: "multiply(x0, multiply(sigmoid(x1), add(1, multiply(x1, "
                             "subtract(1, sigmoid(x1))))))"),
-    # torch's x * relu6(x + 3) / 6 (ONNX's x * max(0, min(1, x / 6 + 1 / 2)))
+    # torch's x * relu6(x + 3) / 6 (ONNX's x * max(0, min(1, x / 6 + 1 / 2))); np.clip is
+    # np.minimum(np.maximum()) in one pass (x + 3 is never -0.0, where the two would differ)
     "hardswish": Unary(
-        lambda x, a: x * np.minimum(np.maximum(x + x.dtype.type(3), x.dtype.type(0)),
-                                    x.dtype.type(6)) / x.dtype.type(6),
+        lambda x, a: x * np.clip(x + x.dtype.type(3), x.dtype.type(0), x.dtype.type(6))
+        / x.dtype.type(6),
         lambda x, lit, a: f"({x} * fmin(fmax({x} + {lit(3)}, {lit(0)}), {lit(6)}) / {lit(6)})",
         lambda a: "multiply(x0, where(less(x1, -3), 0, where(less_equal(x1, 3), "
                   "add(divide(x1, 3), 0.5), 1)))"),
@@ -211,7 +212,7 @@ TABLE.update({
 #: the epilogue activations of conv2d and the GEMM family: name -> (operator, attributes)
 ACTIVATIONS = {"relu": ("relu", {}), "gelu": ("gelu", {"approximate": "none"}),
                "gelu_tanh": ("gelu", {"approximate": "tanh"}), "sigmoid": ("sigmoid", {}),
-               "tanh": ("tanh", {})}
+               "tanh": ("tanh", {}), "silu": ("silu", {}), "hardswish": ("hardswish", {})}
 
 
 def derivative(op: str, attrs: dict) -> str:

@@ -40,8 +40,9 @@ class Conv2dAttrs:
         groups: channel groups; must divide the input and output channels.
         data_layout: "NCHW" or "NHWC"; kernel_layout: "OIHW" or "HWIO".
         out_dtype: the output dtype (None: the data's).
-        activation: None, "relu", "gelu", "gelu_tanh", "sigmoid" or "tanh", applied after alpha
-            and the bias; alpha, beta: scales of the convolution and of the residual;
+        activation: None, "relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "silu" or
+            "hardswish", applied after alpha and the bias; alpha, beta: scales of the
+            convolution and of the residual;
             residual_position: the residual is added "after" the activation or "before" it.
         allow_tf32: float32 operands may be rounded to TF32 for tensor cores (None: the
             GPUCG_ALLOW_TF32 knob, off by default).
@@ -364,7 +365,7 @@ def conv2d(data, weight, strides=(1, 1), padding=(0, 0), dilation=(1, 1), groups
         groups: channel groups (groups == C: depthwise).
         out_dtype: the output dtype (default: the data's); float16 and bfloat16 accumulate in float32.
         bias: None or shape (O,), added in the same kernel; activation: None, "relu", "gelu",
-            "gelu_tanh", "sigmoid" or "tanh".
+            "gelu_tanh", "sigmoid", "tanh", "silu" or "hardswish".
         residual: None or an array of the output's shape and dtype, times beta, added after
             the activation (residual_position "after") or before it ("before"); alpha scales
             the convolution.

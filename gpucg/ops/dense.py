@@ -42,7 +42,8 @@ class DenseAttrs:
     """Attributes of dense: the epilogue (gpucg/ops/_epilogue.py) and the output dtype.
 
     Attributes:
-        activation: None, "relu", "gelu" (erf), "gelu_tanh", "sigmoid" or "tanh".
+        activation: None, "relu", "gelu" (erf), "gelu_tanh", "sigmoid", "tanh", "silu" or
+            "hardswish".
         out_dtype: the output dtype (None: the data's); float16, bfloat16, float32 or float64.
         alpha: scales the product; beta: scales the residual.
         residual_position: the residual is added "after" the activation or "before" it.
@@ -328,7 +329,8 @@ def dense(data, weight, bias=None, activation=None, out_dtype=None, *, residual=
         data: (..., k): any leading dimensions, folded into the GEMM's rows without a copy;
             weight: (n, k); float16, bfloat16, float32 or float64, the same dtype.
         bias: None or (n,), the data's dtype.
-        activation: None, "relu", "gelu" (erf form), "gelu_tanh", "sigmoid" or "tanh".
+        activation: None, "relu", "gelu" (erf form), "gelu_tanh", "sigmoid", "tanh", "silu"
+            or "hardswish".
         out_dtype: the output dtype (default: the data's); float16 and bfloat16 sum in float32.
         residual: None or (..., n) (the output's shape) of the output dtype, times beta, added
             after the activation (residual_position "after") or before it ("before"). Without

@@ -108,11 +108,11 @@ def _low_occupancy(p) -> str:
 
 
 ATTENTION_SIMT = kernel_impl("attention_simt", _simt_run, main=Kernel(
-    "attention/simt.j2", {"split": False, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
+    "attention/simt.j2", {"split": False}, spills=_spills, low_occupancy=_low_occupancy,
     doc="a tile of query rows a work-group, keys and values streamed, online softmax"))
 ATTENTION_SPLIT = kernel_impl(
     "attention_split", _split_run,
-    part=Kernel("attention/simt.j2", {"split": True, "varlen": False}, spills=_spills, low_occupancy=_low_occupancy,
+    part=Kernel("attention/simt.j2", {"split": True}, spills=_spills, low_occupancy=_low_occupancy,
                 doc="pass 1: a part of the keys a work-group, a partial output and its lse"),
     combine=Kernel("attention/combine.j2", derive=lambda p: {"wg": p["combine_wg"]},
                    doc="pass 2: the partial outputs combined by their log-sum-exps"))
@@ -144,7 +144,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
                   mask=("bool" if mask.dtype == "bool" else "add") if mask is not None else False,
                   mask_half=half_format(mask.dtype) if mask is not None else False,
                   window=-1 if attrs.window is None else attrs.window,
-                  alibi=attrs.alibi_slopes is not None)
+                  alibi=attrs.alibi_slopes is not None, varlen=False)
     info = AttnInfo(attrs.layout, mask is not None, attrs.return_lse, sm_count(target),
                     attrs.alibi_slopes)
     s = Strategy(target)
@@ -158,11 +158,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     s.add(ATTENTION_SPLIT, 20, condition=sympy.And(sympy.Le(sq, DECODE_SQ_MAX),
                                                    sympy.Ge(skv, DECODE_SKV_MIN)),
           space=space, fixed=params, info=info)
-    if attrs.window is not None or attrs.alibi_slopes is not None:
-        s.exclude(attention_mma.FLASH_MMA, attention_mma.PLEVEL_CUDA,
-                  "a window or ALiBi slopes (the SIMT and decode kernels take them)")
-    else:
-        attention_mma.offer(s, q.dtype, attrs.allow_tf32, d, params, info, target)
+    attention_mma.offer(s, q.dtype, attrs.allow_tf32, d, params, info, target)
     s.add(ATTENTION_SIMT, 10, space=space, fixed=params, info=info)
     return s
 

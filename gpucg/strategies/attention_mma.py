@@ -9,7 +9,11 @@ bfloat16: m16n8k16; float32 with allow_tf32: m16n8k8 tf32), P taken from S's acc
 the atom's maps say (gpucg.codegen.mma_atom.scores_as_a), the online softmax on the
 accumulators. Key tiles wholly inside the keys and below every row's causal diagonal run a
 loop without masks; the rest (the last partial tile, the diagonal) a masked one. Causal query
-tiles run longest first (the last query tile sees the most keys).
+tiles run longest first (the last query tile sees the most keys). A window starts the key
+tiles at the tile's first row's window; a window or ALiBi slopes take every tile through the
+masked loop (it knows each score's key). With ``varlen`` the same kernel is
+attention_varlen's varlen_flash (strategies/attention_varlen.py): rows and keys at the
+sequence's offsets in packed (total, heads, D) arrays.
 
 On CUDA it sits above the SIMT kernel (and below split-KV decoding, which the dispatcher picks
 for short queries on long keys); on OpenCL it is the twin (the warp operations emulated), at
@@ -156,8 +160,12 @@ def geometry(kind: str, d: int, warps: int, qm: int, bkv: int, stages: int,
 register_geometry("flash", geometry)
 
 
-def _geo(p) -> FlashGeometry:
+def config_geometry(p) -> FlashGeometry:
+    """The geometry of a call's template parameters (fixed and config)."""
     return geometry(p["kind"], p["D"], p["warps"], p["qm"], p["bkv"], p["stages"], p["qres"])
+
+
+_geo = config_geometry
 
 
 def space_for(d: int, kind: str, small: bool, limit: int) -> ConfigSpace | None:
@@ -194,13 +202,27 @@ def _run(ctx, main):
         return
     s, bq = ctx.size, _geo(ctx.fixed | dict(ctx.config)).bq
     qtiles = ceil_div(sq, bq)
-    vec = (int(all(alignment_of(a) % 16 == 0 for a in arrays[:3]))
-           | int(pairs_ok(ctx.outputs[0], int(ctx.inputs[0].shape[3]))) << 1)
+    vec = vec_bits(arrays[:3], ctx.outputs[0], int(ctx.inputs[0].shape[3]))
     named = dict(zip(("q", "k", "v", "mask"), arrays), **dict(zip(("o", "lse"), ctx.outputs)),
-                 **dict(zip(("msb", "msh", "msq", "msk"), mstr)))
+                 **dict(zip(("msb", "msh", "msq", "msk"), mstr)), **slopes_arg(ctx))
     main(**named, hq=s(hq), hkv=s(hkv), group=s(hq // hkv), sq=s(sq), skv=s(skv),
          qtiles=s(qtiles), vec=np.int32(vec), grid=b * hq * qtiles,
          block=32 * ctx.config["warps"])
+
+
+def slopes_arg(ctx) -> dict:
+    """The ALiBi slopes argument (a float32 array on the call's backend), if the call has
+    them."""
+    from .attention_decode import slopes_on
+
+    slopes = ctx.attrs.alibi_slopes
+    return {} if slopes is None else {"slopes": slopes_on(ctx, slopes)}
+
+
+def vec_bits(arrays, out, d: int) -> int:
+    """bit 0: the arrays copied 16 bytes at a time are aligned to 16 bytes; bit 1: o takes a
+    pair of outputs a store."""
+    return (int(all(alignment_of(a) % 16 == 0 for a in arrays)) | int(pairs_ok(out, d)) << 1)
 
 
 def _low_occupancy(p) -> str:
@@ -209,30 +231,37 @@ def _low_occupancy(p) -> str:
             .format(p["D"]) if p["D"] >= 64 else "")
 
 
-FLASH_MMA = kernel_impl("flash_mma", _run, main=Kernel(
-    "attention/flash_mma.j2", low_occupancy=_low_occupancy,
-    dynamic_local=lambda p: _geo(p).plan.bytes, smem_requests=lambda p: _geo(p).smem_requests(),
-    doc="FlashAttention-2 forward on tensor cores: cp.async stages, mma, online softmax"))
+def flash_kernel(doc: str) -> Kernel:
+    """The kernel of flash_mma (and of attention_varlen's varlen_flash: ``varlen`` set)."""
+    return Kernel("attention/flash_mma.j2", low_occupancy=_low_occupancy,
+                  dynamic_local=lambda p: _geo(p).plan.bytes,
+                  smem_requests=lambda p: _geo(p).smem_requests(), doc=doc)
 
 
-def offer(s, dtype: str, allow_tf32: bool, d: int, params: dict, info, target) -> None:
-    """Offer flash_mma on strategy ``s``, or exclude it with the reason."""
+FLASH_MMA = kernel_impl("flash_mma", _run, main=flash_kernel(
+    "FlashAttention-2 forward on tensor cores: cp.async stages, mma, online softmax"))
+
+
+def offer(s, dtype: str, allow_tf32: bool, d: int, params: dict, info, target,
+          decl=FLASH_MMA) -> None:
+    """Offer flash_mma (or another implementation ``decl`` of its kernel) on strategy ``s``,
+    or exclude it with the reason."""
     got, why = mma_kind(dtype, allow_tf32, True, True)
     twin = tensor_cores(target, got[0])[0] if got else tensor_cores(target, "f16")[0]
     plevel = PLEVEL_TWIN if twin else PLEVEL_CUDA
     if got is None or twin is None:
-        s.exclude(FLASH_MMA, plevel, why or tensor_cores(target, got[0])[1])
+        s.exclude(decl, plevel, why or tensor_cores(target, got[0])[1])
         return
     kind, eb = got
     if d not in HEAD_DIMS:
-        s.exclude(FLASH_MMA, plevel, f"head dim D={d} is not one of {HEAD_DIMS}")
+        s.exclude(decl, plevel, f"head dim D={d} is not one of {HEAD_DIMS}")
         return
     limit = smem_limit(target, twin)
     space = space_for(d, kind, twin or target.on_cpu, limit)
     if space is None:
         least = geometry(kind, d, 1, 1, 16, 2, False)
-        s.exclude(FLASH_MMA, plevel, f"head dim D={d} in {kind}: no tile fits; "
+        s.exclude(decl, plevel, f"head dim D={d} in {kind}: no tile fits; "
                   f"{least.why_not(limit) or 'no config of the space fits'}")
         return
-    s.add(FLASH_MMA, plevel, space=space, info=info,
+    s.add(decl, plevel, space=space, info=info,
           fixed=dict(params, kind=kind, EB=eb, words=max(SCRATCH_WORDS, SHFL_WORDS)))

@@ -1,6 +1,10 @@
 """Strategies of attention_varlen (a ragged batch, cumulative lengths).
 
 GPU implementations:
+  varlen_flash (CUDA, float16/bfloat16, float32 with allow_tf32; plevel 15; the OpenCL twin
+               forced only) attention's tensor-core forward (templates/attention/flash_mma.j2,
+               ``varlen``): a work-group a (sequence, head, tile of query rows), the sequence's
+               rows and keys at its offsets in the packed arrays, cp.async stages of K and V.
   varlen_simt  attention's SIMT kernel (templates/attention/simt.j2, ``varlen``): a work-group
                a (sequence, head, tile of query rows), the sequence's rows found from the
                cumulative lengths, keys and values streamed, causal and window tiles outside
@@ -25,35 +29,49 @@ from ..strategy import Strategy
 from ..half import half_format
 from .attention import (SIMT_D_MAX, _low_occupancy, _space, _spills, host_only,
                         numpy_attention)
-from .attention_decode import slopes_on
+from . import attention_mma
+from .attention_mma import slopes_arg
 
 
-def _simt_run(ctx, main):
+def _launch(ctx, main, rows: int, block: int, **extra):
+    """Launch a varlen kernel: a work-group a (sequence, head, tile of ``rows`` query rows),
+    the grid sized by the total rows (no lengths read back first); the bad entries it counts
+    are named by the host check after the launch."""
     q, k, v, cq, ck = ctx.inputs
     tq, hq, _ = (int(x) for x in q.shape)
     tk, hkv, _ = (int(x) for x in k.shape)
     b = int(cq.shape[0]) - 1
+    host = ctx.backend.to_host
     if tq == 0 or b == 0 or hq == 0:
-        host = ctx.backend.to_host
         check(np.empty((tq,)), np.empty((tk,)), host(cq), host(ck))
         return
-    s, wg = ctx.size, ctx.config["wg"]
-    qtiles = ceil_div(tq, wg)
-    slopes = () if ctx.attrs.alibi_slopes is None else (slopes_on(ctx, ctx.attrs.alibi_slopes),)
+    s, qtiles = ctx.size, ceil_div(tq, rows)
     bad = ctx.counter()
-    main(q, k, v, cq, ck, *slopes, *ctx.outputs, bad, s(hq), s(hkv), s(hq // hkv), s(tq), s(tk),
-         s(b), s(qtiles), grid=b * hq * qtiles, block=wg)
+    main(q=q, k=k, v=v, cu_q=cq, cu_k=ck, **slopes_arg(ctx), o=ctx.outputs[0], bad=bad,
+         hq=s(hq), hkv=s(hkv), group=s(hq // hkv), tq=s(tq), tk=s(tk), batch=s(b),
+         qtiles=s(qtiles), **extra, grid=b * hq * qtiles, block=block)
     if ctx.count(bad):
-        host = ctx.backend.to_host
         check(np.empty((tq,)), np.empty((tk,)), host(cq), host(ck))
         raise StrategyError(f"{ctx.impl.name}: the kernel counted {ctx.count(bad)} bad "
                             "cumulative lengths that the host check does not find")
 
 
+def _simt_run(ctx, main):
+    _launch(ctx, main, ctx.config["wg"], ctx.config["wg"])
+
+
+def _flash_run(ctx, main):
+    q, k, v = ctx.inputs[:3]
+    geo = attention_mma.config_geometry(ctx.fixed | dict(ctx.config))
+    _launch(ctx, main, geo.bq, geo.nt,
+            vec=np.int32(attention_mma.vec_bits((q, k, v), ctx.outputs[0], int(q.shape[2]))))
+
+
 VARLEN_SIMT = kernel_impl("varlen_simt", _simt_run, main=Kernel(
-    "attention/simt.j2", {"split": False, "varlen": True}, spills=_spills,
-    low_occupancy=_low_occupancy,
+    "attention/simt.j2", {"split": False}, spills=_spills, low_occupancy=_low_occupancy,
     doc="a (sequence, head, tile of query rows) a work-group, keys and values streamed"))
+VARLEN_FLASH = kernel_impl("varlen_flash", _flash_run, main=attention_mma.flash_kernel(
+    "FlashAttention-2 forward on tensor cores a (sequence, head, query tile): cp.async stages"))
 
 
 def gpu_strategy(attrs, inputs, outputs, target):
@@ -69,7 +87,8 @@ def gpu_strategy(attrs, inputs, outputs, target):
                   scale=float(scale), qscale=scale / attrs.softcap if attrs.softcap else scale,
                   half=half_format(q.dtype), lse=False, mask=False, mask_half=False,
                   window=-1 if attrs.window is None else attrs.window,
-                  alibi=attrs.alibi_slopes is not None)
+                  alibi=attrs.alibi_slopes is not None, varlen=True)
+    attention_mma.offer(s, q.dtype, False, d, params, None, target, VARLEN_FLASH)
     s.add(VARLEN_SIMT, 10, space=_space(d, target.on_cpu), fixed=params)
     return s
 

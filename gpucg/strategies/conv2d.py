@@ -20,7 +20,8 @@ GPU implementations, by plevel:
   direct        10  always: implicit GEMM with local-memory tiles and register blocking. On CUDA
                     it ranks above every Winograd kernel: the fused ones take 9 and 8, the
                     unfused 7 and 6 (measured on an H100, float32: direct 1.06-2.9x faster)
-The NumPy target has one implementation, im2col + matmul per group (vectorized). The Winograd
+The NumPy target has one implementation, conv2d_im2col: by shape, pointwise GEMMs, channels-last
+depthwise, im2col by runs or by a window view (strategies/conv2d_host.py). The Winograd
 implementations serve conv2d_winograd_without_weight_transform too (strategies/conv2d_winograd.py).
 """
 
@@ -60,7 +61,7 @@ def _im2col_run(ctx):
                         ctx.attrs.out_dtype or data.dtype, extra[1] if extra[1:] else None)
 
 
-CONV2D_IM2COL = host_impl("conv2d_im2col", _im2col_run)
+CONV2D_IM2COL = host_impl("conv2d_im2col", _im2col_run, strided=True)  # any layout in
 
 
 host_strategy = only(CONV2D_IM2COL)

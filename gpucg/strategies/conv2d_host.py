@@ -3,11 +3,21 @@ that touches memory least, in blocks that stay in cache.
 
 - 1x1, stride 1, one group (the pointwise layers of MobileNets, EfficientNets, ResNet's
   bottlenecks): one (o x c) @ (c x h*w) GEMM per image, straight from the input into the
-  output; no padding, no im2col copy.
-- depthwise (one input channel a group, one output a channel): a multiply-add per kernel tap,
-  a block of channels of one image at a time, through one scratch buffer, so that the output
-  block and the taps stay in cache (the whole-output passes it replaces wrote every tap's
-  product to fresh memory).
+  output; no padding, no im2col copy. Channels-last data: one (h*w x c) @ (c x o) GEMM, the
+  result channels last too.
+- depthwise (one input channel a group, one output a channel): the padded input split into
+  its stride phases (stride 2: four, each a plain stride-1 grid), so that every tap is a
+  contiguous run. Channels last (NHWC phases), every tap of a phase is one ``np.einsum`` over
+  a few output rows at a time (multiply and sum in one pass, inner runs of a whole row of
+  channels): 2-3.5x the per-tap passes on MobileNet, EfficientNet and ConvNeXt layers
+  (benchmarks/results/*depthwise*); the result stays channels last (an NCHW-shaped view of
+  NHWC memory), which the next pointwise or depthwise layer, the pools, the elementwise
+  operators and a transpose to NHWC (ConvNeXt's) read without a copy. NCHW data with large
+  planes and small kernels (56x56 and up, 3x3), where the transposes cost more than they
+  save, and dilated kernels stay NCHW: a multiply-add per tap over a block of channels of one
+  image, through one scratch buffer (the output block stays in cache).
+- few taps a column (a stem's 3x3 over 3 channels, a 4x4 patchify): im2col by runs, each
+  tap's columns one contiguous run of its stride phase, then a GEMM a group per image.
 - the rest: im2col by a strided window view, one matmul per group.
 The bias, activation and residual then run in the epilogue (gpucg.ops.conv2d.epilogue).
 """
@@ -18,6 +28,7 @@ import numpy as np
 
 from ..ops.conv2d import epilogue, from_nchw, host_view, to_nchw
 
+
 def acc_dtype(dtype) -> np.dtype:
     """float32 sums for float16, bfloat16 and float32 data, float64 for float64."""
     return np.dtype(np.float32) if np.dtype(dtype).itemsize <= 4 else np.dtype(dtype)
@@ -25,79 +36,177 @@ def acc_dtype(dtype) -> np.dtype:
 
 #: the most bytes of im2col columns made at once (see numpy_conv2d)
 IM2COL_BYTES = 8 << 20
-#: the output bytes of one depthwise block (a few channels of one image): L2-sized
+#: the output bytes of one depthwise block (a few channels, or rows, of one image): L2-sized
 DEPTHWISE_BYTES = 128 << 10
+#: a depthwise kernel of at most 3x3 whose output plane (padded to the phase width) has this
+#: many elements (56x56 and up) stays in NCHW: its taps are long runs already, and the
+#: transposes to channels last would cost more than they save (measured at MobileNet and
+#: EfficientNet layers: 0.75-0.9x the channels-last time there, 1.5-3x below)
+PLANE_RUN = 56 * 56
+#: from this many channels the channels-last depthwise reads its weights per channel (inner
+#: runs of c), below it tiled along a row (inner runs of pw * c): measured at MobileNet,
+#: EfficientNet and ConvNeXt layers, tiled 1.1-3x faster up to 384 channels, per channel
+#: 1.1-1.2x faster from 576 at 7x7
+WIDE_CHANNELS = 512
+#: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
+#: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
+#: runs; with more taps the GEMM dominates and both copies cost alike
+RUNS_K = 64
+
+
+def channels_last(x) -> bool:
+    """Whether an NCHW-shaped array lies in memory as NHWC, densely (a channels-last view)."""
+    return x.ndim == 4 and x.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndarray:
-    """conv2d on the host (see the module docstring for the paths)."""
+    """conv2d on the host (see the module docstring for the paths). The data may come in any
+    strides; NCHW data lying as NHWC in memory (:func:`channels_last`) keeps that layout
+    through the pointwise and depthwise paths, which read and write it for free."""
     acc = acc_dtype(data.dtype)
-    x, w, (pt, pl, pb, pr), oh, ow = host_view(data, weight, attrs, acc)
+    x, w, pads, oh, ow = host_view(data, weight, attrs, acc)
     n, c, h, wd = x.shape
     o, i, kh, kw = w.shape
-    g = attrs.groups
-    (sh, sw), (dh, dw) = attrs.strides, attrs.dilation
-    res = None if residual is None else to_nchw(residual, attrs.data_layout)
+    g, strides, dilation = attrs.groups, attrs.strides, attrs.dilation
+    (sh, sw), (dh, dw) = strides, dilation
+    last = channels_last(x)
     if i == 1 and g > 1 and o == g:
-        y = _depthwise(x, w, (pt, pl, pb, pr), oh, ow, (sh, sw), (dh, dw), acc)
-        return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs),
-                         attrs.data_layout)
-    if pt or pl or pb or pr:
-        xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
-        xp[:, :, pt:pt + h, pl:pl + wd] = x
-    else:
-        xp = x
-    if kh == kw == 1 and sh == sw == 1 and g == 1 and not (pt or pl or pb or pr):
+        planes = dh != 1 or dw != 1 or (not last and kh * kw <= 9 and
+                                        oh * (ow + (kw - 1) // sw) >= PLANE_RUN)
+        y = (_depthwise if planes else _depthwise_channels_last)(
+            x, w, pads, oh, ow, strides, dilation, acc)
+    elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads) and last:
+        # (n, h*w, c) @ (c, o): the NHWC result of a GEMM with the weights read transposed
+        y = np.matmul(x.transpose(0, 2, 3, 1).reshape(n, h * wd, c), w.reshape(o, c).T)
+        y = y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+    elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads):
         y = np.empty((n, o, oh, ow), acc)
         np.matmul(w.reshape(o, c), np.ascontiguousarray(x).reshape(n, c, h * wd),
                   out=y.reshape(n, o, oh * ow))
     elif i == 1 and g > 1:
-        y = _depthwise_multiplier(xp, w, n, c, oh, ow, (sh, sw), (dh, dw), acc)
+        y = _depthwise_multiplier(_padded(x, pads, acc), w, n, c, oh, ow, strides, dilation,
+                                  acc)
+    elif i * kh * kw <= RUNS_K and (kw - 1) * dw // sw <= ow // 8:
+        y = _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc)
     else:
-        y = _im2col(xp, w, n, g, oh, ow, (sh, sw), (dh, dw), acc)
+        y = _im2col(_padded(x, pads, acc), w, n, g, oh, ow, strides, dilation, acc)
+    res = None if residual is None else to_nchw(residual, attrs.data_layout)
     return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs),
                      attrs.data_layout)
 
 
-def _depthwise(x, w, pads, oh, ow, strides, dilation, acc):
-    """Depthwise by taps over blocks of channels. Stride 1 reads each tap as one contiguous
-    run of the padded plane (rows computed across the padded width, the extra columns dropped
-    at the end): long rows, where a strided tap of a 14x14 plane is 14-element rows."""
-    (sh, sw), (dh, dw) = strides, dilation
-    n, c, h, wd = x.shape
-    kh, kw = w.shape[2:]
+def _padded(x, pads, acc):
+    """x with zeros around its planes (top, left, bottom, right)."""
     pt, pl, pb, pr = pads
-    hp, wp = h + pt + pb, wd + pl + pr
-    flat = sh == sw == 1
-    rows = wp if flat else ow  # the width the block computes
-    xp = np.zeros((n, c, hp + flat, wp), acc)  # one more row: the last tap's run ends there
+    if not any(pads):
+        return x
+    n, c, h, wd = x.shape
+    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
     xp[:, :, pt:pt + h, pl:pl + wd] = x
+    return xp
+
+
+def _depthwise(x, w, pads, oh, ow, strides, dilation, acc):
+    """Depthwise by taps over blocks of channels, NCHW: each tap one contiguous run of its
+    stride phase's padded plane (see :func:`_phases`; rows computed across the phase's padded
+    width, the extra columns dropped at the end): long runs, where a strided tap of a 14x14
+    plane is 14-element rows. Dilation moves a tap's phase and offset."""
+    (sh, sw), (dh, dw) = strides, dilation
+    n, c = x.shape[:2]
+    kh, kw = w.shape[2:]
+    ph, pw = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    taps = _taps(kh, kw, pw, strides, dilation)
+    phase = _phases(x, pads, ph, pw, strides, acc, False, {t[:2] for t in taps})
+    plane = (ph + 1) * pw
     y = np.empty((n, c, oh, ow), acc)
-    block = max(1, min(c, DEPTHWISE_BYTES // max(1, acc.itemsize * oh * rows)))
-    out = np.empty((block, oh, rows), acc)
-    scratch = np.empty((block, oh, rows), acc)
+    block = max(1, min(c, DEPTHWISE_BYTES // max(1, acc.itemsize * oh * pw)))
+    out = np.empty((block, oh, pw), acc)
+    scratch = np.empty((block, oh, pw), acc)
     wt = w.reshape(c, kh, kw)
     for b in range(n):
         for c0 in range(0, c, block):
             c1 = min(c, c0 + block)
             yb, tmp = out[:c1 - c0], scratch[:c1 - c0]
-            plane = xp[b, c0:c1].reshape(c1 - c0, -1)
-            for r in range(kh):
-                for q in range(kw):
-                    if flat:
-                        start = r * dh * wp + q * dw
-                        tap = plane[:, start:start + oh * wp].reshape(c1 - c0, oh, wp)
-                    else:
-                        tap = xp[b, c0:c1, r * dh: r * dh + (oh - 1) * sh + 1: sh,
-                                 q * dw: q * dw + (ow - 1) * sw + 1: sw]
-                    k = wt[c0:c1, r, q, None, None]
-                    if r == q == 0:
-                        np.multiply(tap, k, out=yb)
-                    else:
-                        np.multiply(tap, k, out=tmp)
-                        yb += tmp
+            for t, (a, e, start, r, q) in enumerate(taps):
+                run = phase[a, e, b, c0:c1].reshape(c1 - c0, plane)
+                tap = run[:, start:start + oh * pw].reshape(c1 - c0, oh, pw)
+                k = wt[c0:c1, r, q, None, None]
+                if t == 0:
+                    np.multiply(tap, k, out=yb)
+                else:
+                    np.multiply(tap, k, out=tmp)
+                    yb += tmp
             y[b, c0:c1] = yb[:, :, :ow]
     return y
+
+
+def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
+    """The zero-padded input split by the stride into phases: phase (a, b) holds padded rows
+    a, a + sh, ... and columns b, b + sw, ... (stride 1: the padded input itself), with one
+    more zero row (a flat run of the last tap ends in it); (n, c, ph + 1, pw) each, or
+    (n, ph + 1, pw, c) ``channels_last``. Only the phases in ``used`` (None: all) are filled."""
+    n, c, h, wd = x.shape
+    (sh, sw), (pt, pl) = strides, pads[:2]
+    out = np.zeros((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
+    for a in range(sh):
+        for b in range(sw):
+            if used is not None and (a, b) not in used:
+                continue
+            i0, j0 = max(0, -((a - pt) // sh)), max(0, -((b - pl) // sw))  # first in x
+            r0, c0 = a + i0 * sh - pt, b + j0 * sw - pl
+            src = x[:, :, r0::sh, c0::sw][:, :, :max(0, ph - i0), :max(0, pw - j0)]
+            hi, wi = src.shape[2:]
+            if channels_last:
+                out[a, b, :, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
+            else:
+                out[a, b, :, :, i0:i0 + hi, j0:j0 + wi] = src
+    return out
+
+
+def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
+    """Depthwise (dilation 1) by phases (see :func:`_phases`): tap (r, q) of the kernel reads
+    phase (r % sh, q % sw) at offset (r // sh, q // sw), a stride-1 window; all the taps of
+    a phase are one einsum over a strided view, whose rows are whole rows of the padded phase
+    (pw positions x c channels, against the weights tiled to that length), pw - ow of them
+    dropped as a block of output rows of one image (in cache) is stored. Returns the NHWC
+    result as an NCHW-shaped view."""
+    n, c = x.shape[:2]
+    kh, kw = w.shape[2:]
+    sh, sw = strides
+    ph, pw = oh + (kh - 1) // sh, ow + (kw - 1) // sw
+    y = np.empty((n, oh, ow, c), acc)
+    if y.size == 0:
+        return np.zeros((n, c, oh, ow), acc)
+    phase = _phases(x, pads, ph, pw, strides, acc, channels_last=True)
+    it, run = acc.itemsize, pw * c
+    tiled = c < WIDE_CHANNELS
+    taps = []  # (a, b, the phase's taps' weights: (kr, kq, run) tiled, else (kr, kq, c))
+    for a in range(min(sh, kh)):
+        for b in range(min(sw, kw)):
+            k = w[:, 0, a::sh, b::sw].transpose(1, 2, 0)  # (kr, kq, c)
+            taps.append((a, b, np.ascontiguousarray(np.broadcast_to(
+                k[:, :, None, :], k.shape[:2] + (pw, c))).reshape(k.shape[0], k.shape[1], run)
+                if tiled else np.ascontiguousarray(k)))
+    rows = max(1, min(oh, DEPTHWISE_BYTES // (it * run)))
+    acc_rows, tmp = np.empty((rows, run), acc), np.empty((rows, run), acc)
+    for img in range(n):
+        for i0 in range(0, oh, rows):
+            m = min(rows, oh - i0)
+            out = acc_rows[:m]
+            for t, (a, b, k) in enumerate(taps):
+                base = phase[a, b, img, i0:]
+                view = np.lib.stride_tricks.as_strided(
+                    base, shape=k.shape[:2] + (m, run), strides=(run * it, c * it, run * it, it))
+                dst = out if t == 0 else tmp[:m]
+                if tiled:
+                    np.einsum("rqmx,rqx->mx", view, k, out=dst)
+                else:
+                    np.einsum("rqmpc,rqc->mpc", view.reshape(k.shape[:2] + (m, pw, c)), k,
+                              out=dst.reshape(m, pw, c))
+                if t:
+                    out += dst
+            y[img, i0:i0 + m] = out.reshape(m, pw, c)[:, :ow]  # the rows' own columns
+    return y.transpose(0, 3, 1, 2)
 
 
 def _depthwise_multiplier(xp, w, n, c, oh, ow, strides, dilation, acc):
@@ -112,6 +221,39 @@ def _depthwise_multiplier(xp, w, n, c, oh, ow, strides, dilation, acc):
                      q * dw: q * dw + (ow - 1) * sw + 1: sw]
             y += tap[:, :, None] * wd_[None, :, :, r, q, None, None]
     return y.reshape(n, o, oh, ow)
+
+
+def _taps(kh, kw, pw, strides, dilation) -> list:
+    """(phase row, phase column, offset of its run in the phase plane, r, q) of each tap."""
+    (sh, sw), (dh, dw) = strides, dilation
+    return [(r * dh % sh, q * dw % sw, r * dh // sh * pw + q * dw // sw, r, q)
+            for r in range(kh) for q in range(kw)]
+
+
+def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
+    """im2col by runs: each tap's columns for every channel are one contiguous run of its
+    stride phase's plane (see :func:`_phases`), copied whole into the (c*kh*kw, oh*pw)
+    matrix of one image; one (o/g x K) @ (K x oh*pw) GEMM a group, whose pw - ow extra
+    columns a row are dropped as the result is stored. The window view's copy it replaces
+    gathers the columns element by element (strided at stride 2)."""
+    n, c = x.shape[:2]
+    o, i, kh, kw = w.shape
+    g = c // i
+    (sh, sw), (dh, dw) = strides, dilation
+    ph, pw = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    taps = _taps(kh, kw, pw, strides, dilation)
+    phase = _phases(x, pads, ph, pw, strides, acc, False, {t[:2] for t in taps})
+    run, plane = oh * pw, (ph + 1) * pw
+    wm = w.reshape(g, o // g, i * kh * kw)
+    y = np.empty((n, o, oh, ow), acc)
+    cols = np.empty((c, kh, kw, run), acc)
+    wide = np.empty((g, o // g, run), acc)
+    for b in range(n):
+        for a, e, start, r, q in taps:
+            cols[:, r, q] = phase[a, e, b].reshape(c, plane)[:, start:start + run]
+        np.matmul(wm, cols.reshape(g, i * kh * kw, run), out=wide)
+        y[b] = wide.reshape(o, oh, pw)[:, :, :ow]
+    return y
 
 
 def _im2col(xp, w, n, g, oh, ow, strides, dilation, acc):

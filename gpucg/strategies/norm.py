@@ -312,8 +312,25 @@ def _scaled_squares(d: np.ndarray, axis: int):
     return a, np.sum(t * t, axis=axis, keepdims=True)
 
 
+#: elements of one block of rows the host normalizes at a time (its temporaries stay in cache)
+NORM_BLOCK = 1 << 16
+
+
 def numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndarray:
-    """``op`` in float32 (float64 for float64) by NumPy, with the kernels' safeguards."""
+    """``op`` in float32 (float64 for float64) by NumPy, with the kernels' safeguards; rows of
+    the last axis a block at a time (each row's values as alone: the same numbers)."""
+    n = x.shape[axis] if x.ndim else 1
+    if axis != x.ndim - 1 or x.size < 2 * NORM_BLOCK or not x.flags.c_contiguous:
+        return _numpy_norm(op, x, params, axis, eps)
+    rows = x.reshape(-1, n)
+    out = np.empty(rows.shape, x.dtype)
+    step = max(1, NORM_BLOCK // n)
+    for r in range(0, rows.shape[0], step):
+        out[r:r + step] = _numpy_norm(op, rows[r:r + step], params, 1, eps)
+    return out.reshape(x.shape)
+
+
+def _numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndarray:
     acc = np.float64 if x.dtype == np.float64 else np.float32
     v = x.astype(acc, copy=False)
     n = x.shape[axis]
@@ -330,18 +347,19 @@ def numpy_norm(op: str, x: np.ndarray, params, axis: int, eps: float) -> np.ndar
             mean = (np.sum(v, axis=axis, keepdims=True) / acc(n)) if op == "layer_norm" else 0
             d = v - mean
             ss = np.sum(d * d, axis=axis, keepdims=True)
-            if np.isfinite(ss).all() and (ss / acc(n) + acc(eps) >= SQUARES_FLOOR).all():
-                # no square overflowed, and squares small enough to flush to zero cannot
-                # matter beside the rest: the plain variance is exact enough (two passes)
-                rstd = 1 / np.sqrt(ss / acc(n) + acc(eps))
-            else:  # 1e30 rows, or tiny rows with a tinier eps: the kernels' scaled squares
-                a, b = _scaled_squares(d, axis)
-                qn = b / acc(n)
+            # a row where no square overflowed, and squares small enough to flush to zero
+            # cannot matter beside the rest: the plain variance is exact enough (two passes)
+            var = ss / acc(n) + acc(eps)
+            fine = np.isfinite(ss) & (var >= SQUARES_FLOOR)
+            rstd = 1 / np.sqrt(var)
+            if not fine.all():  # 1e30 rows, or tiny rows with a tinier eps: those rows by
+                a, b = _scaled_squares(d, axis)  # the kernels' scaled squares (row by row,
+                qn = b / acc(n)  # so that a block of rows gives the rows' own numbers)
                 plain = a * a * qn + acc(eps)
                 scaled = (a > 1) | ((a > 0) & (plain < SQUARES_FLOOR))
                 safe = np.where(scaled, a, 1)
-                rstd = np.where(scaled, 1 / (safe * np.sqrt(qn + acc(eps) / safe / safe)),
-                                1 / np.sqrt(plain))
+                rstd = np.where(fine, rstd, np.where(
+                    scaled, 1 / (safe * np.sqrt(qn + acc(eps) / safe / safe)), 1 / np.sqrt(plain)))
             y = d  # in place: d is this call's own (the same products, in the same order)
             y *= rstd
             y *= gamma

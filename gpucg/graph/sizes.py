@@ -1,12 +1,12 @@
-"""Size arithmetic: the shape computations exporters write (Shape, Gather, Concat, Slice,
-Max, Where, Range, ConstantOfShape, Mod, ...) folded on gpucg's own symbolic sizes, so that a
-Reshape's or an Expand's target is known for every batch and sequence size at once.
+"""Size arithmetic: the shape computations models carry (a shape, taken, concatenated,
+sliced, compared, a range, a mod ...) folded on gpucg's own symbolic sizes, so that a reshape's
+or a broadcast's target is known for every batch and sequence size at once.
 
 A *size vector* is a NumPy object array of ints and SymPy expressions over gpucg vars
 (``gpucg.var``: positive integers), int64 in meaning. :func:`fold` computes one operator on
 size vectors, named as gpucg's operators are (``take``, ``concatenate``, ``strided_slice``,
 ``maximum``, ``where``, ``floor_divide`` ...): nothing here reads a model format, so a front end
-maps its own nodes onto these names (gpucg/onnx/lower.py: :data:`ONNX`). An operator whose
+maps its own nodes onto these names (gpucg.onnx's lowering has its table). An operator whose
 result is not a size vector of known length (a comparison undecided for some sizes, a range of
 symbolic length) raises :class:`NotSymbolic`, and the front end computes it on the host once
 per binding of the sizes instead.
@@ -84,7 +84,7 @@ def _trunc_div(p, q):
 def _mod(p, q):
     p, q = plain(p), plain(q)
     if isinstance(p, int) and isinstance(q, int):
-        return p % q  # Python's sign (ONNX Mod with fmod=0, as NumPy)
+        return p % q  # Python's sign, as NumPy
     return sympy.Mod(sympy.sympify(p), q)
 
 

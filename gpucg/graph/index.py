@@ -1,13 +1,13 @@
 """The lowered calls as a graph: who makes and who reads each value (:class:`Index`), and the
-elementwise expression of a ``fused`` call, for the fusion passes (gpucg/onnx/fuse.py,
-gpucg/onnx/attention.py)."""
+elementwise expression of a ``fused`` call, for the fusion passes (gpucg/graph/fuse.py,
+gpucg/graph/attention.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..ops._expr import Expr, parse
-from .graph import Graph
+from .ir import Graph
 
 
 class Index:

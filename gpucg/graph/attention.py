@@ -1,17 +1,16 @@
-"""Scaled dot-product attention found in the lowered calls: MatMul(Q, K^T), times or divided
+"""Scaled dot-product attention found in the lowered calls: matmul(Q, K^T), times or divided
 by a constant (or Q and K^T each scaled, by the square root of the scale as torch's dynamo
-exporter writes it: the scale is the product), plus a mask (additive, or a Where with -inf on a causal pattern, checked on the
-mask's values at two probe sizes), Softmax on the last axis, MatMul by V: one
-gpucg.ops.attention (gpucg/onnx/fuse.py runs this pass third)."""
+exporter writes it: the scale is the product), plus a mask (additive, or a where with -inf on
+a causal pattern, checked on the mask's values at two probe sizes), softmax on the last axis,
+matmul by V: one gpucg.ops.attention (gpucg/graph/fuse.py runs this pass third)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .graph import Graph
 from .host import probes, value_at
 from .index import Index, expr_of, scalar
-from .lower import Call
+from .ir import Call, Graph
 
 
 def _causal(g: Graph, cond: str, masked_when: bool) -> bool:
@@ -168,6 +167,9 @@ def attention(g: Graph, calls: list) -> list:
         for c in [mm, sm] + taken + chain:
             calls.remove(c)
         _in_place(g, calls, new)
+    for att in [c for c in calls if c.op == "attention" and len(c.outputs) == 1 and
+                c.attrs.get("layout", "BHSD") == "BHSD"]:  # a front end's own attention
+        _in_place(g, calls, att)
     return calls
 
 

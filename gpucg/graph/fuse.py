@@ -1,14 +1,20 @@
-"""What gpucg fuses, found in the lowered calls (gpucg/onnx/lower.py), in this order:
+"""What gpucg fuses, found in a front end's lowered calls (gpucg operators on the values of a
+gpucg/graph/ir.py graph), in this order:
 
-1. BatchNormalization after a Conv or a Gemm/MatMul with constant weights: folded into the
-   weights and the bias (gpucg.ops.fold_batch_norm), no kernel left.
-2. The epilogue of dense and conv2d: an Add of a per-channel constant (the bias), an
-   activation (relu, exact or tanh GELU, sigmoid, tanh: recognized by what the nodes compute,
-   whatever the exporter's decomposition), and a residual Add, before or after the activation.
-3. Scaled dot-product attention: MatMul(Q, K^T), times or divided by a constant, plus a mask
-   (additive, or a Where with -inf on a causal pattern), Softmax on the last axis, MatMul by V:
-   one gpucg.ops.attention (gpucg/onnx/attention.py).
-4. The remaining chains of elementwise nodes: one ``fused`` kernel each.
+0. Calls whose results nothing reads go; a dense over rows a reshape flattened, reshaped back
+   after it, reads and writes the unflattened data (the reshapes go).
+1. batch_norm after a conv2d or a dense with constant weights: folded into the weights and the
+   bias (gpucg.ops.fold_batch_norm), no kernel left.
+2. The epilogue of dense and conv2d (weights constant or the model's): an add of a
+   per-channel constant (the bias), an activation (relu, exact or tanh GELU, sigmoid, tanh,
+   SiLU, HardSwish: recognized by what the elementwise calls compute, whatever the model's
+   decomposition), and a residual add, before or after the activation; then a multiply by a
+   per-channel constant of a dense or conv2d without activation, through transposes of its
+   result (ConvNeXt's layer scale): folded into the weights and the bias.
+3. Scaled dot-product attention: matmul(Q, K^T), times or divided by a constant, plus a mask
+   (additive, or a where with -inf on a causal pattern), softmax on the last axis, matmul by V:
+   one gpucg.ops.attention (gpucg/graph/attention.py).
+4. The remaining chains of elementwise calls: one ``fused`` kernel each.
 """
 
 from __future__ import annotations
@@ -17,14 +23,52 @@ import numpy as np
 import sympy
 
 from ..ops import fold_batch_norm
-from ..ops._epilogue import activate
+from ..ops._epilogue import ACTIVATIONS as _EPILOGUE, activate
 from ..ops._expr import MAX_INPUTS, Expr, evaluate, lift, typecheck
 from .attention import attention
-from .graph import Graph
 from .index import Index, expr_of, scalar, substitute
-from .lower import Call
+from .ir import Call, Graph
+from .sizes import same
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh")
+#: the activations an epilogue takes (gpucg/ops/_unary.py's ACTIVATIONS)
+ACTIVATIONS = tuple(a for a in _EPILOGUE if a)
+
+
+# -- 0. dead calls and views ------------------------------------------------------------------
+
+def prune(g: Graph, calls: list) -> list:
+    """The calls some result needs, in order (the others compute what nothing reads)."""
+    needed, keep = set(g.results), []
+    for c in reversed(calls):
+        if any(o in needed for o in c.outputs):
+            keep.append(c)
+            needed.update(c.inputs)
+    return keep[::-1]
+
+
+def views(g: Graph, calls: list) -> list:
+    """dense on (rows, k) made by reshaping (..., k), its (rows, n) result reshaped to
+    (..., n): dense on the (..., k) data itself, which gives (..., n) (no reshape left, so
+    what follows can join its epilogue)."""
+    for p in [c for c in calls if c.op == "dense"]:
+        ix = Index(calls, g.results)
+        src, back = ix.producer.get(p.inputs[0]), ix.only_user(p.outputs[0])
+        if src is None or back is None or src.op != "reshape" or back.op != "reshape":
+            continue
+        xs, ys = g.type_of(src.inputs[0]).shape, g.type_of(back.outputs[0]).shape
+        flat, out = g.type_of(p.inputs[0]).shape, g.type_of(p.outputs[0]).shape
+        if len(flat) != 2 or not xs or len(xs) != len(ys) or not same(xs[-1], flat[-1]) or \
+                not same(ys[-1], out[-1]) or not all(same(a, b) for a, b in
+                                                     zip(xs[:-1], ys[:-1])):
+            continue
+        p.inputs[0] = src.inputs[0]
+        p.nodes = src.nodes + p.nodes + back.nodes
+        p.outputs = back.outputs
+        p.fusion.append("the reshapes to rows and back: the data read and written as they are")
+        calls.remove(back)
+        if ix.users.get(src.outputs[0]) == [p] and src.outputs[0] not in ix.outputs:
+            calls.remove(src)
+    return calls
 
 
 # -- 1. batch norms --------------------------------------------------------------------------
@@ -42,7 +86,7 @@ def fold_norms(g: Graph, calls: list) -> list:
                                *(g.consts[i] for i in bn.inputs[1:]), eps=bn.attrs["eps"])
         p.inputs[1:] = [_new(g, w, p.inputs[1] + "*bn"), _new(g, b, bn.inputs[0] + ".bias*bn")]
         p.outputs, p.nodes = bn.outputs, p.nodes + bn.nodes
-        p.fusion.append("BatchNormalization folded into the weights and bias")
+        p.fusion.append("batch_norm folded into the weights and bias")
         calls.remove(bn)
     return calls
 
@@ -157,12 +201,13 @@ def _residual(g, ix, p, value):
 
 def epilogues(g: Graph, calls: list) -> list:
     for p in [c for c in calls if c.op in ("dense", "conv2d")]:
-        if p.inputs[1] not in g.consts or (p.op == "dense" and g.type_of(p.inputs[0]).ndim < 1):
+        if not g.is_weight(p.inputs[1]) or (p.op == "dense" and g.type_of(p.inputs[0]).ndim < 1):
             continue
         ix = Index(calls, g.results)
         add = ix.only_user(p.outputs[0])
-        bias = add and _bias_of(g, p, add, p.outputs[0])
-        if bias is not None:
+        consts = all(i in g.consts for i in p.inputs[1:])
+        bias = add and consts and _bias_of(g, p, add, p.outputs[0])
+        if bias is not None and bias is not False:
             old = g.consts[p.inputs[2]] if len(p.inputs) > 2 else 0
             p.inputs[2:] = [_new(g, old + bias.astype(g.consts[p.inputs[1]].dtype),
                                  p.outputs[0] + ".bias")]
@@ -181,8 +226,8 @@ def epilogues(g: Graph, calls: list) -> list:
                                                    "activation")
         if res is not None:
             if len(p.inputs) == 2:
-                n = g.consts[p.inputs[1]].shape[0]
-                p.inputs.append(_new(g, np.zeros(n, g.consts[p.inputs[1]].dtype),
+                w = g.type_of(p.inputs[1])
+                p.inputs.append(_new(g, np.zeros(w.shape[0], w.dtype),
                                      p.outputs[0] + ".zero_bias"))
             p.inputs.append(res[1])
             p.attrs["residual_position"] = where
@@ -200,6 +245,64 @@ def _absorb(calls: list, p: Call, taken: list, out: str, what: str) -> None:
         calls.remove(c)
     p.outputs = [out]
     p.fusion.append(what)
+
+
+# -- 2b. per-channel scales ------------------------------------------------------------------
+
+def fold_scales(g: Graph, calls: list) -> list:
+    """A Mul by a constant per output channel (or one number) of a dense or conv2d with
+    constant weights and no activation or residual, directly or through transposes of its
+    result: folded into the weights and the bias, no pass left."""
+    for p in [c for c in calls if c.op in ("dense", "conv2d")]:
+        if len(p.inputs) > 3 or p.attrs.get("activation") or \
+                not all(i in g.consts for i in p.inputs[1:]):
+            continue
+        ix = Index(calls, g.results)
+        value, views = p.outputs[0], []
+        axis = 1 if p.op == "conv2d" else g.type_of(value).ndim - 1
+        user = ix.only_user(value)
+        while user is not None and user.op == "transpose" and user.attrs.get("axes"):
+            axis, value = list(user.attrs["axes"]).index(axis), user.outputs[0]
+            views.append(user)
+            user = ix.only_user(value)
+        w = g.consts[p.inputs[1]]
+        out = 0 if p.op == "dense" or p.attrs.get("kernel_layout", "OIHW") == "OIHW" else 3
+        s = user and _channel_scale(g, user, value, axis, w.shape[out])
+        if s is None or not np.isfinite(s).all():  # inf or NaN factors: kept as the Mul
+            continue
+        shape = [1] * w.ndim
+        shape[out] = -1
+        p.inputs[1] = _new(g, (w * s.reshape(shape)).astype(w.dtype), p.inputs[1] + "*scale")
+        if len(p.inputs) > 2:
+            b = g.consts[p.inputs[2]]
+            p.inputs[2] = _new(g, (b * s).astype(b.dtype), p.inputs[2] + "*scale")
+        last = views[-1] if views else p
+        last.outputs, last.nodes = user.outputs, last.nodes + user.nodes
+        p.fusion.append("Mul by a per-channel constant folded into the weights and bias")
+        calls.remove(user)
+    return calls
+
+
+def _channel_scale(g: Graph, call, value: str, axis: int, n: int):
+    """The (n,) factors of ``call`` when it multiplies ``value`` by a constant that varies
+    along ``axis`` only (or not at all), else None."""
+    e, vt = expr_of(call), g.type_of(value)
+    if e is None or e.op != "multiply" or value not in call.inputs:
+        return None
+    k = call.inputs.index(value)
+    if str(e) == "multiply(x0, x1)" and len(call.inputs) == 2:
+        c = g.consts.get(call.inputs[1 - k])
+        if c is None or c.dtype != np.dtype(vt.dtype) or c.ndim > vt.ndim:
+            return None
+        at = axis - (vt.ndim - c.ndim)  # the axis in c's own dims (right-aligned)
+        if any(d != 1 for a, d in enumerate(c.shape) if a != at) or \
+                (0 <= at < c.ndim and c.shape[at] not in (1, n)):
+            return None
+        return np.broadcast_to(c.reshape(-1), (n,)).astype(np.float64)
+    number = [a.args[0] for a in e.args if a.op == "const"]
+    if len(call.inputs) == 1 and len(number) == 1 and isinstance(number[0], float):
+        return np.full(n, number[0])
+    return None
 
 
 # -- 4. elementwise chains -------------------------------------------------------------------
@@ -240,4 +343,5 @@ def chains(g: Graph, calls: list, apart: frozenset = frozenset()) -> list:
 
 def fuse(g: Graph, calls: list) -> list:
     """All the fusions, in order."""
-    return chains(g, attention(g, epilogues(g, fold_norms(g, calls))))
+    calls = views(g, prune(g, calls))
+    return chains(g, attention(g, fold_scales(g, epilogues(g, fold_norms(g, calls)))))
