@@ -315,7 +315,9 @@ def test_without_ml_dtypes_import_works_and_bfloat16_says_what_to_install():
 
 
 def test_bad_bfloat16_input_is_a_clear_error():
-    with pytest.raises(gpucg.DTypeError, match="dtype 'bfloat16' is not supported"):
-        gpucg.compile("cumsum", T((4,), "bfloat16"), target="numpy")
+    with pytest.raises(gpucg.DTypeError, match="x dtype 'bfloat16' is not supported; allowed: "
+                       "float16, float32, float64"):
+        gpucg.compile("batch_norm", T((2, 4, 3, 3), "bfloat16"), *[T((4,), "bfloat16")] * 4,
+                      target="numpy")
     with pytest.raises(gpucg.DTypeError, match="bfloat16"):
         gpucg.compile("dense", T((4, 4), "bfloat16"), T((4, 4), "float16"), target="numpy")
