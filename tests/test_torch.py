@@ -24,6 +24,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch._dynamo import mark_dynamic  # noqa: E402  (torch's documented API)
 
 import gpucg  # noqa: E402
 import gpucg.torch  # noqa: E402
@@ -92,7 +93,7 @@ def test_model_equals_eager_torch_at_three_sizes_through_one_compile(name):
         args = [torch.from_numpy(v) for v in feeds.values()]
         for a in args:
             for axis in range(1 if side is not None else 2):
-                torch._dynamo.mark_dynamic(a, axis)
+                mark_dynamic(a, axis)
         with torch.no_grad():
             fast(*args)
             want = spec.module(*args)
