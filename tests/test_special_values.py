@@ -210,16 +210,19 @@ def test_host_erf_float32_is_float32_accurate():
     np.testing.assert_allclose(gpucg.ops.gelu(x, target="numpy"), want, rtol=2.5e-7, atol=0)
 
 
-def test_host_gelu_in_place_equals_the_operator(monkeypatch):
-    """The GEMM and conv2d epilogues' in-place float32 gelu, block by block (small blocks and
-    a ragged last one here), gives the operator's values bit for bit, special values included."""
+@pytest.mark.parametrize("activation", ("gelu", "silu"))
+def test_host_in_place_activation_equals_the_operator(monkeypatch, activation):
+    """The GEMM and conv2d epilogues' in-place float32 activations, block by block (small
+    blocks and a ragged last one here), give the operator's values (one whole block for gelu,
+    the operator's formula for silu) bit for bit, special values included."""
     from gpucg.ops import _unary
 
-    monkeypatch.setattr(_unary, "_GELU_BLOCK", 7)
     x = np.concatenate([np.linspace(-12, 12, 50), [0.0, -0.0, np.inf, -np.inf, np.nan]])
     x = x.astype(np.float32).reshape(5, 11)
-    want = _unary.TABLE["gelu"].numpy(x, {"approximate": "none"})
-    got = _unary.gelu_in_place(x.copy())
+    with np.errstate(all="ignore"):  # silu(-inf): -inf / inf
+        want = _unary.TABLE[activation].numpy(x, {"approximate": "none"})
+    monkeypatch.setattr(_unary, "_GELU_BLOCK", 7)
+    got = _unary.IN_PLACE[activation](x.copy())
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
