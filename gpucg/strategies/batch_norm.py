@@ -29,7 +29,9 @@ def _direct_run(ctx, main) -> None:
     c, inner = _geometry(ctx.out_shapes[0], ctx.attrs.axis)
     n = int(np.prod([int(d) for d in ctx.out_shapes[0]], dtype=np.int64))
     wg = ctx.config["wg"]
-    main(*ctx.inputs, y, ctx.size(n), ctx.size(c), ctx.size(inner), grid=ceil_div(n, wg),
+    x, gamma, beta, mean, var = ctx.inputs
+    main(x=x, gamma=gamma, beta=beta, mean=mean, var=var, y=y, n=ctx.size(n), C=ctx.size(c),
+         inner=ctx.size(inner), grid=ceil_div(n, wg),
          block=wg)
 
 

@@ -77,16 +77,20 @@ def _ew_run(ctx, main) -> None:
     s, wg, items = ctx.size, ctx.config["wg"], ctx.config["items"]
     chunk = wg * items * ctx.config["vw"]
     grid = ceil_div(n, chunk)
-    extra = []
-    if ctx.info.access and any(a[0] != "same" for a in ctx.info.access):
+    named = {f"in{k}": x for k, x in enumerate(ctx.inputs)}
+    access = ctx.info.access
+    if access and any(a[0] != "same" for a in access):
         # rows of the innermost dimension long enough to fill most of a work-group's chunk:
         # one work-group per piece of a row, the row's offsets decoded once
         last = sizes[-1] if sizes else 1
         rows = n // last if sizes and last * 2 >= chunk else 0
         grid = rows * ceil_div(last, chunk) if rows else grid
-        extra = [s(rows)]
-    flat = extra + [s(v) for v in sizes] + [s(v) for a in args for v in a]
-    main(*ctx.inputs, y, s(n), *flat, grid=grid, block=wg)
+        named.update(rows=s(rows), **{f"s{r}": s(v) for r, v in enumerate(sizes)})
+        strided = [k for k, a in enumerate(access) if a[0] != "same"]
+        for k, (base, *strides) in zip(strided, args):
+            named[f"b{k}"] = s(base)
+            named.update({f"st{k}_{r}": s(v) for r, v in enumerate(strides)})
+    main(**named, y=y, n=s(n), grid=grid, block=wg)
 
 
 EW_CONTIGUOUS = kernel_impl("ew_contiguous", _ew_run, main=Kernel(
@@ -213,11 +217,12 @@ def _pad_run(ctx, main) -> None:
     x, y = ctx.inputs[0], ctx.outputs[0]
     n = int(np.prod(y.shape, dtype=np.int64))
     own = _contiguous_strides(x.shape)
-    args = []
+    s, dims = ctx.size, {}
     for r, (lo, _, _) in enumerate(ctx.attrs.pad_width):
-        args += [y.shape[r], lo, x.shape[r], own[r]]
+        dims.update({f"s{r}": s(y.shape[r]), f"lo{r}": s(lo), f"in{r}": s(x.shape[r]),
+                     f"st{r}": s(own[r])})
     wg = ctx.config["wg"]
-    main(x, y, ctx.size(n), *map(ctx.size, args), grid=ceil_div(n, wg), block=wg)
+    main(x=x, y=y, n=s(n), **dims, grid=ceil_div(n, wg), block=wg)
 
 
 def _sum_to_run(ctx, main) -> None:
@@ -229,8 +234,12 @@ def _sum_to_run(ctx, main) -> None:
     summed = [(x.shape[a], own[a]) for a in ctx.info]
     total = int(np.prod([sz for sz, _ in summed], dtype=np.int64))
     wg = ctx.config["wg"]
-    flat = [v for pair in kept + summed for v in pair]
-    main(x, y, ctx.size(n), ctx.size(total), *map(ctx.size, flat), grid=ceil_div(n, wg),
+    s = ctx.size
+    dims = {}
+    for pre, pairs in (("", kept), ("r", summed)):  # kept dims s, st; summed dims rs, rst
+        for r, (size, stride) in enumerate(pairs):
+            dims.update({f"{pre}s{r}": s(size), f"{pre}st{r}": s(stride)})
+    main(x=x, y=y, n=s(n), total=s(total), **dims, grid=ceil_div(n, wg),
          block=wg)
 
 

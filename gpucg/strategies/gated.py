@@ -33,7 +33,7 @@ def _run(ctx, main) -> None:
     chunk = c["wg"] * c["items"] * c["vw"]
     grid = rows * ceil_div(d, chunk)
     if grid:
-        main(x, y, ctx.size(d), grid=grid, block=c["wg"])
+        main(x=x, y=y, d=ctx.size(d), grid=grid, block=c["wg"])
 
 
 ACT_AND_MUL = kernel_impl("act_and_mul", _run, main=Kernel(

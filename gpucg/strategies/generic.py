@@ -23,7 +23,7 @@ _WG = ConfigSpace({"wg": (64, 128, 256, 512)}, {"wg": 256})
 def _injective_run(ctx, main):
     x, y = ctx.inputs[0], ctx.outputs[0]
     n = product(y.shape)
-    main(x, y, ctx.size(n), grid=ceil_div(n, ctx.config["wg"]), block=ctx.config["wg"])
+    main(x=x, y=y, n=ctx.size(n), grid=ceil_div(n, ctx.config["wg"]), block=ctx.config["wg"])
 
 
 def _strides(shape, out_shape):
@@ -42,17 +42,18 @@ def _broadcast_run(ctx, main):
     shape = tuple(y.shape)
     n = product(shape)
     sa, sb = _strides(a.shape, shape), _strides(b.shape, shape)
-    args = []
+    dims = {}
     for k in range(len(shape)):
-        args += [ctx.size(shape[k]), ctx.size(sa[k]), ctx.size(sb[k])]
-    main(a, b, y, ctx.size(n), *args, grid=ceil_div(n, ctx.config["wg"]), block=ctx.config["wg"])
+        dims.update({f"s{k}": ctx.size(shape[k]), f"as{k}": ctx.size(sa[k]),
+                     f"bs{k}": ctx.size(sb[k])})
+    main(a=a, b=b, y=y, n=ctx.size(n), **dims, grid=ceil_div(n, ctx.config["wg"]), block=ctx.config["wg"])
 
 
 def _reduce_run(ctx, main):
     x, y = ctx.inputs[0], ctx.outputs[0]
     outer, n, inner = split_axis(x.shape, ctx.attrs.axis)
     s = ctx.size
-    main(x, y, s(outer), s(n), s(inner), grid=ceil_div(outer * inner, ctx.config["wg"]),
+    main(x=x, y=y, outer=s(outer), n=s(n), inner=s(inner), grid=ceil_div(outer * inner, ctx.config["wg"]),
          block=ctx.config["wg"])
 
 

@@ -32,8 +32,9 @@ def _direct_run(ctx, main) -> None:
     oh, ow = out_hw(attrs, h, w)
     s = ctx.size
     wg = ctx.config["wg"]
-    main(x, y, s(n), s(ch), s(h), s(w), s(oh), s(ow), np.int32(pt), np.int32(pl), np.int32(pb),
-         np.int32(pr), grid=ceil_div(n * ch * oh * ow, wg), block=wg)
+    main(x=x, y=y, N=s(n), C=s(ch), H=s(h), W=s(w), OH=s(oh), OW=s(ow), pt=np.int32(pt),
+         pl=np.int32(pl), pb=np.int32(pb), pr=np.int32(pr), grid=ceil_div(n * ch * oh * ow, wg),
+         block=wg)
 
 
 POOL_DIRECT = kernel_impl("pool_direct", _direct_run, main=Kernel(

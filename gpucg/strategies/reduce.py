@@ -74,17 +74,23 @@ def _partials(ctx, size: int) -> tuple:
     return (vals, ctx.empty((size,), ctx.idx)) if ctx.info.op in ARG_OPS else (vals,)
 
 
+def _io(src, dst) -> dict:
+    """The kernels' array arguments by name: x and y, with xi / yi the indices of partial
+    results (argmax/argmin)."""
+    return dict(zip(("x", "xi"), src)) | dict(zip(("y", "yi"), dst))
+
+
 def _rows(kern, ctx, src, dst, rows, n, chunk, chunks, lanes):
     s, wg = ctx.size, ctx.config["wg"]
-    kern(*src, *dst, s(rows), s(n), s(chunk), s(chunks), s(_count(ctx)),
-         grid=ceil_div(rows, wg // lanes), block=wg)
+    kern(**_io(src, dst), rows=s(rows), n=s(n), chunk=s(chunk), chunks=s(chunks),
+         count=s(_count(ctx)), grid=ceil_div(rows, wg // lanes), block=wg)
 
 
 def _cols(kern, ctx, src, dst, outer, n, inner, chunk, chunks):
     s, tx = ctx.size, ctx.config["tx"]
     colblocks = ceil_div(inner, tx * ctx.config["vec"])
-    kern(*src, *dst, s(n), s(inner), s(chunk), s(chunks), s(colblocks), s(_count(ctx)),
-         grid=outer * chunks * colblocks, block=tx * ctx.config["ty"])
+    kern(**_io(src, dst), n=s(n), inner=s(inner), chunk=s(chunk), chunks=s(chunks),
+         colblocks=s(colblocks), count=s(_count(ctx)), grid=outer * chunks * colblocks, block=tx * ctx.config["ty"])
 
 
 def _warp_run(ctx, main) -> None:

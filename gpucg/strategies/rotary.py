@@ -35,8 +35,8 @@ def _run(ctx, main) -> None:
         return
     bad = ctx.counter()
     s = ctx.size
-    main(x, cos, sin, pos, y, bad, s(h), s(int(cos.shape[0])), s(chunks), grid=t * chunks,
-         block=p["KB"] * p["HB"])
+    main(x=x, cos_cache=cos, sin_cache=sin, positions=pos, y=y, bad=bad, H=s(h),
+         P=s(int(cos.shape[0])), chunks=s(chunks), grid=t * chunks, block=p["KB"] * p["HB"])
     if ctx.count(bad):
         check_positions(ctx.backend.to_host(pos), int(cos.shape[0]))
         raise StrategyError(f"{ctx.impl.name}: the kernel counted out-of-range positions that "

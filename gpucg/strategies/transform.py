@@ -51,6 +51,14 @@ def _slabs(shape, axis: int) -> tuple[int, int]:
     return _numel(shape[:axis]), _numel(shape[axis + 1:])
 
 
+def _dims(ctx, shape, side: str, base: int, strides) -> dict:
+    """copy.j2's size arguments: the sizes s<r> of the walked shape and one side's ("i" in,
+    "o" out) base offset <side>b and strides <side>st<r>."""
+    s = ctx.size
+    return ({f"s{r}": s(d) for r, d in enumerate(shape)} | {f"{side}b": s(base)}
+            | {f"{side}st{r}": s(st) for r, st in enumerate(strides)})
+
+
 def _concat_run(ctx, main) -> None:
     y = ctx.outputs[0]
     axis = normalize_axis(ctx.attrs.axis, y.ndim)
@@ -60,7 +68,8 @@ def _concat_run(ctx, main) -> None:
     for x in ctx.inputs:
         cols = int(x.shape[axis]) * inner
         n = outer * cols
-        main(x, y, s(n), s(outer), s(cols), s(off), s(row), s(1), grid=ceil_div(n, wg), block=wg)
+        main(x=x, y=y, n=s(n), **_dims(ctx, (outer, cols), "o", off, (row, 1)),
+             grid=ceil_div(n, wg), block=wg)
         off += cols
 
 
@@ -73,7 +82,7 @@ def _split_run(ctx, main) -> None:
     for y, (start, length) in zip(ctx.outputs, sl.split_points(ctx.attrs, int(x.shape[axis]))):
         cols = length * inner
         n = outer * cols
-        main(x, y, s(n), s(outer), s(cols), s(start * inner), s(row), s(1),
+        main(x=x, y=y, n=s(n), **_dims(ctx, (outer, cols), "i", start * inner, (row, 1)),
              grid=ceil_div(n, wg), block=wg)
 
 
@@ -85,15 +94,16 @@ def _slice_run(ctx, main) -> None:
     base = sum(start * st for (start, _, _), st in zip(parts, own))
     n = _numel(ctx.out_shapes[0])
     s, wg = ctx.size, ctx.config["wg"]
-    main(x, y, s(n), *[s(d) for d in ctx.out_shapes[0]], s(base),
-         *[s(step * st) for (_, step, _), st in zip(parts, own)], grid=ceil_div(n, wg), block=wg)
+    steps = [step * st for (_, step, _), st in zip(parts, own)]
+    main(x=x, y=y, n=s(n), **_dims(ctx, ctx.out_shapes[0], "i", base, steps),
+         grid=ceil_div(n, wg), block=wg)
 
 
 def _copy_run(ctx, main) -> None:
     x, y = ctx.inputs[0], ctx.outputs[0]
     n = _numel(y.shape)
     wg = ctx.config["wg"]
-    main(x, y, ctx.size(n), grid=ceil_div(n, wg), block=wg)
+    main(x=x, y=y, n=ctx.size(n), grid=ceil_div(n, wg), block=wg)
 
 
 def _take_run(ctx, main) -> None:
@@ -106,13 +116,13 @@ def _take_run(ctx, main) -> None:
         inner, n = _slabs(x.shape, axis)[1], int(x.shape[axis])
     total, m = _numel(y.shape), _numel(ind.shape)
     s, wg = ctx.size, ctx.config["wg"]
-    sizes = (s(total), s(m), s(n), s(inner))
+    args = dict(x=x, indices=ind, y=y, total=s(total), m=s(m), n=s(n), inner=s(inner))
     if ctx.attrs.mode != "raise":
-        main(x, ind, y, *sizes, grid=ceil_div(total, wg), block=wg)
+        main(**args, grid=ceil_div(total, wg), block=wg)
         return
     # the kernel counts out-of-range indices where they live; the message comes from them
     bad = ctx.counter()
-    main(x, ind, y, bad, *sizes, grid=ceil_div(max(total, m), wg), block=wg)
+    main(**args, bad=bad, grid=ceil_div(max(total, m), wg), block=wg)
     if ctx.count(bad):
         check_take_indices(ctx.backend.to_host(ind), n, ctx.attrs)
         raise StrategyError(f"{ctx.impl.name}: the kernel counted {ctx.count(bad)} "
