@@ -103,15 +103,16 @@ def _tiled_run(ctx, gemm) -> None:
     m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
     grid = nb * ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
-    gemm(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=grid, block=work_group(c))
+    gemm(**named_operands(ctx, arrays, args), C=ctx.outputs[0], M=s(m), P=s(n), K=s(k),
+         grid=grid, block=work_group(c))
 
 
 def _gemv_run(ctx, gemv) -> None:
     m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
     cols = c["wg"] // c["k_slices"] * c["cols"]
-    gemv(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=nb * ceil_div(n, cols),
-         block=c["wg"])
+    gemv(**named_operands(ctx, arrays, args), C=ctx.outputs[0], M=s(m), P=s(n), K=s(k),
+         grid=nb * ceil_div(n, cols), block=c["wg"])
 
 
 def _splitk_run(ctx, partial, reduce) -> None:
@@ -125,11 +126,12 @@ def _splitk_run(ctx, partial, reduce) -> None:
     total = nb * m * n
     part = ctx.empty((slices * total,), np.float64 if ctx.fixed["acc_t"] == "double"
                      else np.float32)
-    a, b, *extra = arrays
-    partial(a, b, part, s(m), s(n), s(k), s(nb), np.int32(kc), *args, grid=slices * tiles,
-            block=work_group(c))
+    named = named_operands(ctx, arrays, args)
+    epilogue = {e: named.pop(e) for e in ("bias", "residual") if e in named}
+    partial(**named, C=part, M=s(m), P=s(n), K=s(k), NB=s(nb), KC=np.int32(kc),
+            grid=slices * tiles, block=work_group(c))
     wg = SPLITK_REDUCE_WG
-    reduce(part, *extra, ctx.outputs[0], s(total), s(n), np.int32(slices),
+    reduce(part=part, **epilogue, C=ctx.outputs[0], total=s(total), P=s(n), S=np.int32(slices),
            grid=ceil_div(total, wg), block=wg)
 
 

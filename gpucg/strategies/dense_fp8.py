@@ -34,7 +34,8 @@ def _run(ctx, gemm) -> None:
         return
     c, s = ctx.config, ctx.size
     grid = ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
-    gemm(x, w, *rest, y, s(m), s(n), s(k), grid=grid, block=work_group(c))
+    gemm(X=x, W=w, **dict(zip(("xs", "ws", "bias"), rest)), C=y, M=s(m), P=s(n), K=s(k),
+         grid=grid, block=work_group(c))
 
 
 FP8_TILED = kernel_impl("fp8_tiled", _run, gemm=Kernel(
