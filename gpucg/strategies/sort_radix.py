@@ -39,6 +39,7 @@ from ..runtime.base import ceil_div
 from ..shape import split_axis
 from ..space import ConfigSpace
 from ..ops.topk import view
+from .topk_select import pair_args
 
 #: rows at least this long are sorted by the radix sort on a GPU (shorter: bitonic + merge)
 RADIX_SORT_N_MIN = 1 << 15
@@ -60,6 +61,11 @@ def _pass(from_data: bool, emit: bool, doc: str) -> Kernel:
     return Kernel("sort/radix_pass.j2", {"from_data": from_data, "emit": emit}, doc=doc)
 
 
+def _emit(out) -> dict:
+    """The emitting passes' outputs by name: values (and indices)."""
+    return dict(zip(("values", "indices"), out))
+
+
 def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
     """Sort problem ``p`` (strategies/topk.py's: rows, n, data, outputs)."""
     if p is None:
@@ -72,20 +78,24 @@ def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
     chunks = ceil_div(p.n, tile * HIST_TILES)
     words = WG * (1 + p.rows * digits + digits * tiles)
     work = ctx.empty((words,), np.uint32)
-    zero(work, grid=words // WG, block=WG)
-    hist(p.data, work, s(p.inner), s(p.n), s(chunks), grid=p.rows * chunks, block=WG)
-    sizes = (work, s(p.inner), s(p.n), s(p.k), s(per_row), s(p.rows))
+    zero(work=work, grid=words // WG, block=WG)
+    hist(data=p.data, work=work, inner=s(p.inner), n=s(p.n), chunks=s(chunks),
+         grid=p.rows * chunks, block=WG)
+    sizes = dict(work=work, inner=s(p.inner), n=s(p.n), kout=s(p.k), tiles_per_row=s(per_row),
+                 rows=s(p.rows))
     out = (p.values, p.indices)
     if digits == 1:
-        only(p.data, *out, *sizes, np.int32(0), grid=tiles, block=WG)
+        only(data=p.data, **_emit(out), **sizes, pass_=np.int32(0), grid=tiles, block=WG)
         return
     a = (ctx.empty((p.rows * p.n,), p.ukey), ctx.empty((p.rows * p.n,), ctx.idx))
     b = (ctx.empty((p.rows * p.n,), p.ukey), ctx.empty((p.rows * p.n,), ctx.idx))
-    first(p.data, *a, *sizes, np.int32(0), grid=tiles, block=WG)
+    first(data=p.data, **pair_args("out", a), **sizes, pass_=np.int32(0), grid=tiles, block=WG)
     for pass_ in range(1, digits - 1):
-        middle(*a, *b, *sizes, np.int32(pass_), grid=tiles, block=WG)
+        middle(**pair_args("in", a), **pair_args("out", b), **sizes, pass_=np.int32(pass_),
+               grid=tiles, block=WG)
         a, b = b, a
-    last(*a, *out, *sizes, np.int32(digits - 1), grid=tiles, block=WG)
+    last(**pair_args("in", a), **_emit(out), **sizes, pass_=np.int32(digits - 1), grid=tiles,
+         block=WG)
 
 
 KERNELS = dict(
