@@ -40,8 +40,8 @@ _builtin.load()
 
 #: subpackages loaded on first use, as SciPy's are: ``import gpucg`` stays light (it imports
 #: neither onnx nor the tuner) and ``gpucg.onnx.compile(...)`` still works after it
-SUBPACKAGES = ("autotune", "benchmarks", "codegen", "onnx", "records", "runtime", "strategies",
-               "verify")
+SUBPACKAGES = ("autotune", "benchmarks", "codegen", "graph", "onnx", "records", "runtime",
+               "strategies", "torch", "verify")
 
 
 def __getattr__(name):

@@ -128,8 +128,9 @@ ARCHS = {a.arch: a for a in [
 #: local memory a work-group may use on an OpenCL GPU (what CUDA gives a block without the
 #: opt-in; OpenCL 1.2 guarantees only 32 KiB, every GPU driver gpucg targets gives 48 or more)
 PORTABLE_LOCAL_BYTES = ARCHS["sm_80"].smem_static_max
-#: the OpenCL targets: the CUDA kernels' twins emulate the warp operations for 32 work-items
-_TWIN = frozenset(AMPERE)
+#: the OpenCL targets: the CUDA kernels' twins emulate the warp operations for 32 work-items,
+#: and Hopper's warpgroup, TMA and mbarrier operations (gpucg/codegen/hopper_twin.py)
+_TWIN = frozenset(AMPERE | {"wgmma", "tma", "mbarrier", "setmaxnreg"})
 OPENCL_GPU = Capabilities("opencl-gpu", 2048, 32, PORTABLE_LOCAL_BYTES, PORTABLE_LOCAL_BYTES,
                           emulated=_TWIN, smem_static_max=PORTABLE_LOCAL_BYTES, vendor="")
 OPENCL_CPU = Capabilities("opencl-cpu", 2048, 32, PORTABLE_LOCAL_BYTES, PORTABLE_LOCAL_BYTES,

@@ -124,6 +124,8 @@ class CompiledOp:
         exec(code, ns)
         self._plan = ns["dispatch"]
         self._programs: dict = {}
+        #: (index, key, wide) -> the kernel's parameters (gpucg.codegen.signature), read once
+        self.launch_params: dict = {}
         self._specs: dict = {}
         self._out_dtypes = tuple(_half.numpy_dtype(t.dtype) for t in self.output_types)
         self._lock = threading.Lock()

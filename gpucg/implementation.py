@@ -151,7 +151,8 @@ def kernel_impl(name: str, run: Callable, **kernels: Kernel) -> ImplDecl:
 
     Example:
         >>> ROWS = kernel_impl("scan_rows", _run, scan=Kernel("scan/scan_rows.j2"))
-        >>> def _run(ctx, scan): scan(ctx.inputs[0], ctx.outputs[0], ..., grid=..., block=...)
+        >>> def _run(ctx, scan):  # every argument by its name in the template
+        ...     scan(x=ctx.inputs[0], y=ctx.outputs[0], n=ctx.size(n), grid=..., block=...)
     """
     if not kernels:
         raise StrategyError(f"{name}: a kernel implementation needs at least one Kernel")

@@ -17,18 +17,22 @@ class Launcher:
         self.ctx = ctx
         self.key = key
 
-    def __call__(self, *args, grid, block: int, **named) -> None:
-        """Launch on ``grid`` work-groups (an int or (x, y, z)) of ``block``. Arguments by
-        position in the kernel's order, or by name (``named``, after any positional ones):
-        the kernel's own parameter list (gpucg.codegen.signature) orders and checks them."""
+    def __call__(self, *positional, grid, block: int, **named) -> None:
+        """Launch on ``grid`` work-groups (an int or (x, y, z)) of ``block``, every argument
+        by name (``named``): the kernel's own parameter list (gpucg.codegen.signature), the
+        one declaration of its parameters, orders and checks them. An argument by position
+        is a StrategyError."""
         ctx = self.ctx
         compiled = ctx.compiled
         program = compiled.program(ctx.index, self.key, ctx.wide)
         spec = compiled.specs(ctx.index)[self.key]
         shared = spec.dynamic_local
-        if named:
-            params = parameters(compiled.source(ctx.index, self.key, ctx.wide), spec.entry)
-            args = order(spec.entry, params, named, args)
+        cache_key = (ctx.index, self.key, ctx.wide)
+        params = compiled.launch_params.get(cache_key)
+        if params is None:
+            params = compiled.launch_params[cache_key] = parameters(
+                compiled.source(ctx.index, self.key, ctx.wide), spec.entry)
+        args = order(spec.entry, params, named, positional)
         if compiled.launch_check is not None:
             compiled.launch_check(program, self.key, grid, block, shared)
         program(*args, grid=grid, block=block, shared=shared)

@@ -175,7 +175,11 @@ def compiled_ops():
     return get
 
 
-CASES = [(c[0], target) for c in CALLS for target in TARGETS]
+#: calls whose sm_90a kernels (wgmma, TMA: gemm_wgmma and what is built on it) are dumped too
+HOPPER = "cuda -arch=sm_90a"
+HOPPER_CALLS = ["matmul_float16", "dense_bfloat16_residual", "batch_matmul_tf32_transposed",
+                "dense_fp8_per_token"]
+CASES = [(c[0], target) for c in CALLS for target in TARGETS] + [(c, HOPPER) for c in HOPPER_CALLS]
 IDS = [f"{cid}-{target}" for cid, target in CASES]
 
 
@@ -355,7 +359,7 @@ def _entries_and_headers(target, impl, f):
                 continue
             name, kernel = key.removesuffix("@i64").split("/")
             # a second choice of one implementation (another config) names its config
-            assert name.split("[")[0] == f"{impl}.{target}"
+            assert name.split("[")[0] == f"{impl}.{target.split()[0]}"
             entry = f"gpucg_{f.op.name}_{impl}_{kernel}"
             kernels = [mt for mt in _KERNEL.finditer(src) if code_only(src)[mt.start()] != " "]
             assert [mt.group(1) for mt in kernels] == [entry], key
@@ -363,7 +367,7 @@ def _entries_and_headers(target, impl, f):
             # the header gpucg writes: entry, operator, implementation, kernel, config, width
             header = src[:src.index("*/")]
             assert src.startswith(f"/*\n * {entry}: {f.op.name}("), key
-            assert f"implementation {impl}.{target}, kernel {kernel}" in header, key
+            assert f"implementation {impl}.{target.split()[0]}, kernel {kernel}" in header, key
             assert f"{'64' if wide else '32'}-bit indexing" in header, key
             # the template's algorithm comment right before the kernel, parameters filled in,
             # down to the launch geometry

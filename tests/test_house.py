@@ -189,6 +189,23 @@ def test_a_kernel_key_mismatch_fails_at_declaration():
         gpucg.kernel_impl("probe", lambda ctx, scan: None, scan=gpucg.Kernel("scan/nope.j2"))
 
 
+def test_every_kernel_launch_names_its_arguments():
+    """A run function passes every kernel argument by the name its template declares (the one
+    parameter list: gpucg/codegen/signature.py checks it at the launch, which also refuses
+    arguments by position); the backends' Programs (runtime/, run_context's call of them) take
+    the ordered list."""
+    found = []
+    for path in ROOT.rglob("*.py"):
+        text = path.read_text()
+        if "block=" not in text or path.parent.name == "runtime" or path.name == "run_context.py":
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and node.args \
+                    and {"grid", "block"} <= {k.arg for k in node.keywords}:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, f"launches with arguments by position: {found}"
+
+
 def test_every_builtin_operator_declares_cases_that_compile():
     """Representative calls drive the checks of every implementation (resources, Oclgrind,
     traffic, tuning): each built-in operator has benchmark-sized and small ones."""

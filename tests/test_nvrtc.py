@@ -164,19 +164,25 @@ def test_cubins_compile_once(nvrtc_or_skip, tmp_path, monkeypatch):
 
 def test_end_of_session_pass_shares_its_pool(nvrtc_or_skip, tmp_path):
     """The pass (nvrtc_pass.py) compiles each unclaimed (source, arch) of the pool once, names
-    a failing source by its entry, and leaves what a test or another process claimed."""
+    a failing source by its entry, and leaves what a test or another process claimed; a source
+    with arch-specific instructions is compiled for its arch alone (sm_90a)."""
     import nvrtc_pass
+    from gpucg.codegen.wgmma import ARCH_MARK
 
     (tmp_path / "src").mkdir()
     (tmp_path / "claims").mkdir()
     good = 'extern "C" __global__ void gpucg_good(float* x) { x[threadIdx.x] = 1.0f; }'
     bad = 'extern "C" __global__ void gpucg_bad(float* x) { x[threadIdx.x] = undeclared; }'
     done = 'extern "C" __global__ void gpucg_done(float* x) { x[0] = nope; }'
-    for entry, src in (("gpucg_good", good), ("gpucg_bad", bad), ("gpucg_done", done)):
+    hop = (f'{ARCH_MARK}\nextern "C" __global__ void gpucg_hop(float* x) '
+           '{ asm volatile("setmaxnreg.inc.sync.aligned.u32 232;"); x[0] = 1.0f; }')
+    for entry, src in (("gpucg_good", good), ("gpucg_bad", bad), ("gpucg_done", done),
+                       ("gpucg_hop", hop), ("gpucg_hop_bad", hop.replace("1.0f", "nope"))):
         (tmp_path / "src" / nvrtc_pass.digest_of(src)).write_text(f"{entry}\n{src}")
     for arch in nvrtc_pass.ARCHS:  # claimed already (compiled by a test): not compiled again
         assert nvrtc_pass.claim(tmp_path, arch, nvrtc_pass.digest_of(done))
     failures, _ = nvrtc_pass.run_pass(tmp_path)
-    assert [f.split(":")[0] for f in failures] == ["gpucg_bad (sm_80)", "gpucg_bad (sm_90)"]
-    assert len(list((tmp_path / "claims").iterdir())) == 6
+    assert [f.split(":")[0] for f in failures] == ["gpucg_bad (sm_80)", "gpucg_bad (sm_90)",
+                                                   "gpucg_hop_bad (sm_90a)"]
+    assert len(list((tmp_path / "claims").iterdir())) == 8
     assert nvrtc_pass.run_pass(tmp_path)[0] == []  # everything is claimed now

@@ -165,3 +165,14 @@ def test_a_crash_in_lowering_names_the_node(monkeypatch):
     with pytest.raises(gpucg.onnx.OnnxError, match=r"lowering act \(Relu\) failed: "
                        r"ZeroDivisionError: boom; inputs: x \(tensor Tensor\[\(n, 4\), float32"):
         gpucg.onnx.compile(proto, target="numpy")
+
+
+def test_zero_pads_are_a_view():
+    """A Pad whose pads are all 0 (Swin's window pads where the side divides) is a view of
+    its input: no pad call, the same values."""
+    nodes = [N("Pad", ["x", "pads"], ["xp"]), N("Relu", ["xp"], ["y"])]
+    m = gpucg.onnx.compile(_model(nodes, [("x", F, ["b", 2, 3])], [("y", F)],
+                                  {"pads": np.zeros(6, np.int64)}), target="numpy")
+    x = np.random.default_rng(0).standard_normal((2, 2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(m.run(None, {"x": x})[0], np.maximum(x, 0))
+    assert "ops.pad" not in m.explain()

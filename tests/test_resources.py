@@ -144,7 +144,7 @@ def test_the_comparison_catches_spills_and_registers(bench_rows):
 
 def _probe_run(ctx, scan):
     n = ctx.inputs[0].shape[-1]
-    scan(ctx.inputs[0], ctx.outputs[0], ctx.size(n), grid=ctx.inputs[0].shape[0],
+    scan(x=ctx.inputs[0], y=ctx.outputs[0], n=ctx.size(n), grid=ctx.inputs[0].shape[0],
          block=ctx.config["wg"])
 
 

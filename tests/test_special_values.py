@@ -194,29 +194,35 @@ def test_cuda_spellings_render(dtype):
 
 
 def test_host_erf_float32_is_float32_accurate():
-    """float32 inputs take the host's one-exp erfc (Numerical Recipes' fit in float64): erf and
-    gelu (its erfc) within 2.5e-7 of the math module after the float32 rounding (the bound
-    above is 1e-6), on a dense grid of the range where the results are normal numbers."""
+    """float32 inputs take the host's float32 paths: erf by the one-exp erfc (Numerical
+    Recipes' fit in float64) and gelu by its table of cubics (gpucg/ops/_gelu32.py), each
+    within 2.5e-7 of the math module after the float32 rounding (the bound above is 1e-6), on
+    a dense grid of the range where the results are normal numbers, gelu's deep tail (float64
+    there) and the table's ends included."""
     x = np.concatenate([np.linspace(-9.5, 9.5, 38001), np.linspace(-0.5, 0.5, 2001),
                         [0.46875, -0.46875, 1e-30, -1e-30]]).astype(np.float32)
     want = [math.erf(v) for v in x.astype(np.float64).tolist()]
     np.testing.assert_allclose(gpucg.ops.erf(x, target="numpy"), want, rtol=2.5e-7, atol=0)
-    # gelu's erfc argument is x * -sqrt(1/2) rounded to float32, as the operator rounds it
-    u = (x * np.float32(-1 / _S2)).astype(np.float64).tolist()
-    want = [v * 0.5 * math.erfc(w) for v, w in zip(x.astype(np.float64).tolist(), u)]
+    x = np.concatenate([x, np.linspace(-13, -9.5, 3001), np.linspace(5.5, 6, 101),
+                        np.nextafter(np.float32([-11, 5.75]), np.float32([-12, 6])),
+                        [-11, 5.75]]).astype(np.float32)
+    want = [v * 0.5 * math.erfc(-v / _S2) for v in x.astype(np.float64).tolist()]
     np.testing.assert_allclose(gpucg.ops.gelu(x, target="numpy"), want, rtol=2.5e-7, atol=0)
 
 
-def test_host_gelu_in_place_equals_the_operator(monkeypatch):
-    """The GEMM and conv2d epilogues' in-place float32 gelu, block by block (small blocks and
-    a ragged last one here), gives the operator's values bit for bit, special values included."""
+@pytest.mark.parametrize("activation", ("gelu", "silu"))
+def test_host_in_place_activation_equals_the_operator(monkeypatch, activation):
+    """The GEMM and conv2d epilogues' in-place float32 activations, block by block (small
+    blocks and a ragged last one here), give the operator's values (one whole block for gelu,
+    the operator's formula for silu) bit for bit, special values included."""
     from gpucg.ops import _unary
 
-    monkeypatch.setattr(_unary, "_GELU_BLOCK", 7)
     x = np.concatenate([np.linspace(-12, 12, 50), [0.0, -0.0, np.inf, -np.inf, np.nan]])
     x = x.astype(np.float32).reshape(5, 11)
-    want = _unary.TABLE["gelu"].numpy(x, {"approximate": "none"})
-    got = _unary.gelu_in_place(x.copy())
+    with np.errstate(all="ignore"):  # silu(-inf): -inf / inf
+        want = _unary.TABLE[activation].numpy(x, {"approximate": "none"})
+    monkeypatch.setattr(_unary, "_GELU_BLOCK", 7)
+    got = _unary.IN_PLACE[activation](x.copy())
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 

@@ -161,6 +161,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpucg_x(
         order("gpucg_x", params, dict(A=a, C=c, M=np.int64(3)))
     with pytest.raises(StrategyError, match=r"arguments \['N'\] the kernel does not declare"):
         order("gpucg_x", params, dict(A=a, C=c, M=np.int64(3), vec=np.int32(0), N=1))
+    with pytest.raises(StrategyError, match=r"1 argument\(s\) by position.*'A', 'C', 'M'"):
+        order("gpucg_x", params, dict(C=c, M=np.int64(3), vec=np.int32(0)), (a,))
     with pytest.raises(StrategyError, match="argument M is int32"):
         order("gpucg_x", params, dict(A=a, C=c, M=np.int32(3), vec=np.int32(0)))
     ocl = "__kernel void k(__global const float* x, const int n,\n    __local uchar* restrict gpucg_smem) {}"

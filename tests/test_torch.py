@@ -1,8 +1,9 @@
 """torch.compile(model, backend="gpucg"): transformers' BERT, GPT-2, LLaMA and ViT and
 torchvision's ResNet (tests/model_zoo.py: their classes, tiny configs of one layer or one
-block a stage, random weights, nothing downloaded) equal eager torch at three batch and sequence sizes through one gpucg compile; a
-node gpucg lacks runs in torch and explain says so; a training step of a two-layer transformer
-gives eager torch's gradients; the options, the registration and the entry point."""
+block a stage, random weights, nothing downloaded) equal eager torch on numpy and opencl at
+three batch and sequence sizes through one gpucg compile; a node gpucg lacks runs in torch and
+explain says so; a training step of a two-layer transformer gives eager torch's gradients;
+``gpucg bench models --torch``; the options, the registration and the entry point."""
 
 from __future__ import annotations
 
@@ -23,20 +24,18 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch._dynamo import mark_dynamic  # noqa: E402  (torch's documented API)
 
 import gpucg  # noqa: E402
 import gpucg.torch  # noqa: E402
+from gpucg import settings  # noqa: E402
+from gpucg.runtime import backend_status  # noqa: E402
 import model_zoo  # noqa: E402
+from conftest import backend_or_skip  # noqa: E402
 
 #: (batch, sequence) of the three calls (never 1: dynamo specializes a size of 1)
 SIZES = ((2, 5), (3, 7), (4, 6))
 MODELS = ("bert", "gpt2", "llama", "vit", "resnet18")
-#: the models run on opencl in the default tier (the rest with -m exhaustive)
-OPENCL = ("bert",)
-
-
-def _exhaustive(request) -> bool:
-    return re.search(r"(?<!not )\bexhaustive\b", request.config.getoption("-m") or "") is not None
 
 
 def _compiled(module, target, **options):
@@ -45,29 +44,104 @@ def _compiled(module, target, **options):
                          options={"target": target, **options})
 
 
+def _usable_targets() -> list:
+    """numpy and every other usable gpucg target (a GPUCG_REQUIRE'd one that is not fails)."""
+    out = ["numpy"]
+    for name in ("opencl", "cuda"):
+        ok, _, reason = backend_status(name)
+        if ok:
+            out.append(name)
+        elif name in settings.required_backends():
+            pytest.fail(f"{name} is required (GPUCG_REQUIRE) but not usable: {reason}")
+    return out
+
+
+def _on_every_target(targets, outputs: dict):
+    """A torch.compile back end handing dynamo's graph to gpucg's back end once for each
+    target: one trace (dynamo's, the slow part) serves them all; each call runs every target,
+    keeps its outputs in ``outputs`` and returns the first's."""
+    def backend(gm, example_inputs):
+        fns = {t: gpucg.torch.backend(gm, example_inputs, options={"target": t})
+               for t in targets}
+
+        def run(*args):
+            for t, fn in fns.items():
+                outputs[t] = fn(*args)
+            return outputs[targets[0]]
+        return run
+    return backend
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_model_equals_eager_torch_at_three_sizes_through_one_compile(name, target, request):
-    if target == "opencl" and name not in OPENCL and not _exhaustive(request):
-        pytest.skip(f"{name} runs on opencl with -m exhaustive (bert runs the transformer "
-                    "kernels there in the default tier; gpucg.onnx's tests run the CNN's)")
+def test_model_equals_eager_torch_at_three_sizes_through_one_compile(name):
+    """Each model on every usable target (numpy, opencl) from one dynamo trace, the batch and
+    sequence dimensions dynamic (dynamo's mark_dynamic: a dynamic=True trace of the image
+    models also makes their sides symbolic, three times the tracing work): the three sizes
+    through one gpucg build a target, no dynamo recompile."""
+    targets = _usable_targets()
     spec = model_zoo.BUILDERS[name]("tiny", layers=1)
-    fast = _compiled(spec.module, target)
+    gpucg.torch.reset()
+    outputs: dict = {}
+    fast = torch.compile(spec.module, backend=_on_every_target(targets, outputs))
     side = spec.inputs.get("x")
     compiles = None
     for batch, seq in SIZES:
         feeds = spec.feeds(batch, int(side.shape[-1]) if side is not None else seq, seed=batch)
         args = [torch.from_numpy(v) for v in feeds.values()]
+        for a in args:
+            for axis in range(1 if side is not None else 2):
+                mark_dynamic(a, axis)
         with torch.no_grad():
-            got, want = fast(*args), spec.module(*args)
-        assert isinstance(got, torch.Tensor) and got.shape == want.shape
-        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-4,
-                                   atol=2e-4 * float(want.abs().max()))
+            fast(*args)
+            want = spec.module(*args)
+        for t in targets:
+            (got,) = outputs[t]
+            assert isinstance(got, torch.Tensor) and got.shape == want.shape, t
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-4,
+                                       atol=2e-4 * float(want.abs().max()),
+                                       err_msg=f"{name} on {t} at {batch}x{seq}")
         c = gpucg.torch.counters()
         compiles = compiles or c
         assert c == compiles, f"a new size compiled again: {c} after {compiles}"
-    assert c["dynamo_recompiles"] == 0 and c["gpucg_builds"] == 1, c
+    assert c["dynamo_recompiles"] == 0 and c["gpucg_builds"] == len(targets), c
     text = gpucg.torch.explain()
-    assert f"on {target}:" in text and "run by torch" not in text, text
+    assert "run by torch" not in text, text
+    for t in targets:
+        assert f"on {t}:" in text, text
+
+
+@pytest.mark.parametrize("inductor", ["missing", pytest.param("gcc", marks=pytest.mark.exhaustive)])
+def test_bench_models_torch_prints_the_back_ends_side_by_side(capsys, monkeypatch, inductor):
+    """``gpucg bench models --torch`` on one tiny model: eager, inductor (or why not: in the
+    default tier as on a machine without a C++ compiler; gcc's with -m exhaustive), gpucg on
+    numpy (and opencl with -m exhaustive), equal outputs, ratios, CUDA rows not measured."""
+    import torch._inductor.config as inductor_config
+
+    from gpucg.benchmarks.lowp import NOT_MEASURED, gpu_present
+    from gpucg.cli import main
+
+    if inductor == "missing":
+        monkeypatch.setattr(inductor_config.cpp, "cxx", ("gpucg-test-no-such-c++",))
+    targets = ("numpy",) if inductor == "missing" else ("numpy", "opencl")
+    code = main(["bench", "models", "--torch", "--models", "resnet18", "--size", "tiny",
+                 "--layers", "1", "--repeat", "1", "--targets", ",".join(targets)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "resnet18 (the tests' tiny config, 1 blocks a stage) (3x3x32x32)" in out, out
+    assert re.search(r"eager torch +[\d.]+ ms CPU", out), out
+    if inductor == "missing":
+        assert "torch.compile inductor not measured: inductor needs a C++ compiler on the CPU " \
+               "(No working C++ compiler found in torch._inductor.config.cpp.cxx: " \
+               "('gpucg-test-no-such-c++',))" in out, out
+    else:
+        assert re.search(r"torch.compile inductor +[\d.]+ ms CPU +[\d.]+x eager  rel err "
+                         r"\S+ \(equal\)", out), out
+    for t in targets:
+        assert re.search(rf"backend=gpucg {t} +[\d.]+ ms CPU +[\d.]+x eager  rel err \S+ "
+                         r"\(equal\); first call [\d.]+ s; \d+ gpucg operators, 0 node\(s\) "
+                         "run by torch", out), out
+    if not gpu_present():
+        assert out.count(NOT_MEASURED) == 3, out
 
 
 class Sines(torch.nn.Module):
@@ -127,9 +201,11 @@ class TwoLayers(torch.nn.Module):
         return self.head(self.ln(self.blocks(self.emb(ids))))
 
 
-def test_a_training_step_matches_eager_gradients(target, request):
-    if target == "opencl" and not _exhaustive(request):
-        pytest.skip("the training step runs on opencl with -m exhaustive")
+@pytest.mark.parametrize("target", ["numpy", pytest.param("opencl", marks=pytest.mark.exhaustive),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_training_step_matches_eager_gradients(target):
+    """numpy in the default tier; opencl with -m exhaustive, cuda with -m gpu."""
+    backend_or_skip(target)
     torch.manual_seed(0)
     model = TwoLayers()
     eager = copy.deepcopy(model)

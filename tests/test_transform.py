@@ -203,6 +203,8 @@ def test_take_dtypes_and_edges(target, dtype):
     x = make((4, 7), dtype)
     check("take", (x, np.array([6, -7, 0], np.int32)), x[:, [6, 0, 0]], target, dtype in FORCED, axis=1)
     check("take", (x, np.array(2)), x[2], target, dtype in FORCED, axis=0)  # 0-d indices drop the axis
+    xt = make((7, 4), dtype).T  # a transposed view: the host reads it as it lies
+    check("take", (xt, np.array([6, -7, 3], np.int64)), xt[:, [6, 0, 3]], target, dtype in FORCED, axis=1)
     check("take", (x, np.zeros((0, 3), np.int64)), np.zeros((4, 0, 3), dtype), target, dtype in FORCED, axis=1)
     empty = make((0, 3), dtype)
     check("take", (empty, np.zeros((2, 0), np.int32)), np.zeros((2, 0, 3), dtype), target, dtype in FORCED, axis=0)

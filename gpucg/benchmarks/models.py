@@ -129,6 +129,10 @@ def main(argv=()) -> int:
         from .zoo import main as zoo_main
 
         return zoo_main(argv)
+    if "--torch" in argv:  # torch.compile: eager, inductor, gpucg (benchmarks/torch_models.py)
+        from .torch_models import main as torch_main
+
+        return torch_main(argv)
     p = parser("models", "batch 1 only")
     p.add_argument("--models", default=",".join(MODELS),
                    help=f"comma-separated models (default: {','.join(MODELS)})")

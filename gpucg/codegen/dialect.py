@@ -15,6 +15,8 @@ from . import vector as _vec
 from .shuffle import SHFL_WORDS
 from .dynamic_local import CUDA_DYNAMIC, OPENCL_DYNAMIC
 from .memsync import CUDA_SYNC, OPENCL_SYNC
+from .hopper_ops import CUDA_HOPPER
+from .hopper_twin import OPENCL_HOPPER
 from .tile_ops import CUDA_TILE, OPENCL_TILE
 from .warp import CUDA_WARP, OPENCL_WARP, SCRATCH_WORDS
 
@@ -71,6 +73,8 @@ class Dialect:
     dynamic: object = None  # the dynamic local buffer's spellings (codegen/dynamic_local.py)
     #: the tile layer's shared-memory operations on byte addresses (codegen/tile_ops.py)
     tile: object = None
+    #: Hopper's asynchronous operations: TMA, mbarriers, wgmma, setmaxnreg (codegen/hopper_ops.py)
+    hopper: object = None
 
     # -- warp-level operations: every work-item of the work-group calls them -------------------
 
@@ -344,6 +348,7 @@ CUDA = Dialect(
     sync=CUDA_SYNC,
     dynamic=CUDA_DYNAMIC,
     tile=CUDA_TILE,
+    hopper=CUDA_HOPPER,
     vector=_vec.CUDA_VECTORS,
 )
 
@@ -374,6 +379,7 @@ OPENCL = Dialect(
     sync=OPENCL_SYNC,
     dynamic=OPENCL_DYNAMIC,
     tile=OPENCL_TILE,
+    hopper=OPENCL_HOPPER,
     vector=_vec.OPENCL_VECTORS,
 )
 

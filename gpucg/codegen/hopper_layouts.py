@@ -63,11 +63,13 @@ DESCRIPTOR_FIELDS = (("start", 0, 14), ("lbo", 16, 14), ("sbo", 32, 14), ("base_
                      ("swizzle", 62, 2))
 
 
-def descriptor(start, lbo: int, sbo: int, swizzle: int, base_offset: int = 0):
+def descriptor(start, lbo: int, sbo: int, swizzle: int, base_offset: int = 0,
+               u64: str = "unsigned long long", suffix: str = "ULL"):
     """The wgmma matrix descriptor of an operand at shared-memory byte address ``start`` with
     leading and stride byte offsets ``lbo``, ``sbo`` (see :func:`canonical_offset`) and a
     ``swizzle``-byte swizzle. ``start`` may be a C expression (a 32-bit shared address):
-    then the C expression of the descriptor, a 64-bit unsigned value."""
+    then the C expression of the descriptor, a 64-bit unsigned value spelled with ``u64`` and
+    ``suffix`` (CUDA's; a dialect gives its own: OpenCL's ``long long`` is 128 bits)."""
     _check_swizzle(swizzle)
     for name, v, hi in (("lbo", lbo, 1 << 18), ("sbo", sbo, 1 << 18), ("base_offset", base_offset, 8)):
         if not isinstance(v, int) or v < 0 or v >= hi or (name != "base_offset" and v % CHUNK):
@@ -80,7 +82,7 @@ def descriptor(start, lbo: int, sbo: int, swizzle: int, base_offset: int = 0):
             raise InputError(f"descriptor start={start} must be a 16-byte aligned shared "
                              "address below 2**18")
         return const | (start >> 4)
-    return f"(0x{const:X}ULL | (unsigned long long)(({_p(start)} & 0x3FFFF) >> 4))"
+    return f"(0x{const:X}{suffix} | ({u64})(({_p(start)} & 0x3FFFF) >> 4))"
 
 
 def descriptor_fields(desc: int) -> dict:

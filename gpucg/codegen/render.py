@@ -308,11 +308,14 @@ def environment() -> jinja2.Environment:
     from .ix import Ix
     from .tile_layout import simt_tile
 
+    from .hopper_layouts import swizzle_address
     from .mma_atom import atom, permuted_row, scores_as_a
+    from .wgmma_core import wgmma_gemm
 
     env.globals.update(simt_tile=simt_tile, gemm_core=gemm_core, Ix=Ix, mma_atom=atom,
                        scores_as_a=scores_as_a, permuted_row=permuted_row,
-                       geometry=_geometry)
+                       geometry=_geometry, wgmma_core=wgmma_gemm,
+                       swizzle_address=swizzle_address)
     return env
 
 

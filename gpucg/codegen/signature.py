@@ -6,7 +6,8 @@ parameters (the template writes it), which launches pass arguments to by name.
 a launch passes), or "local" (OpenCL's dynamic ``__local`` buffer, which the backend appends
 itself and launches do not name). :func:`order` turns a launch's named arguments into the
 positional list the backend takes, and says which names are missing, extra or of the wrong
-kind.
+kind. Launches name every argument: one by position is an error (the run function would
+restate the parameter list, in order, a second time).
 """
 
 from __future__ import annotations
@@ -55,10 +56,13 @@ def parameters(source: str, entry: str) -> tuple[tuple[str, str], ...]:
 
 
 def order(entry: str, params, named: dict, positional: tuple = ()) -> tuple:
-    """The launch's arguments in the kernel's order: ``positional`` ones first, then the rest
-    by name; StrategyError naming what is missing, extra or of the wrong kind."""
-    wanted = [(n, k) for n, k in params if k != "local"][len(positional):]
+    """The launch's arguments, given by name, in the kernel's order; StrategyError naming
+    what is missing, extra or of the wrong kind, or any argument given by position."""
+    wanted = [(n, k) for n, k in params if k != "local"]
     names = [n for n, _ in wanted]
+    if positional:
+        raise StrategyError(f"launch of {entry}: {len(positional)} argument(s) by position; "
+                            f"pass each by the name the kernel declares (it declares {names})")
     missing = [n for n in names if n not in named]
     extra = [n for n in named if n not in names]
     if missing or extra:
@@ -67,7 +71,7 @@ def order(entry: str, params, named: dict, positional: tuple = ()) -> tuple:
                             + ("; " if missing and extra else "")
                             + (f"arguments {extra} the kernel does not declare" if extra else "")
                             + f" (it declares {names})")
-    out = list(positional)
+    out = []
     for name, kind in wanted:
         value = named[name]
         if kind.startswith(("int", "uint", "float")):

@@ -81,12 +81,15 @@ class CudaWarp(CudaShuffles):
 
 # -- OpenCL: the emulation ---------------------------------------------------------------------
 
-_OPENCL_TF32 = """\
+#: the one rounding to TF32 of the OpenCL twins (the tile layer's in-place chunks use it too)
+OPENCL_TF32_ROUND = """\
 /* float bits rounded to TF32 as cvt.rna.tf32.f32: 10 mantissa bits, nearest, ties away */
 static inline uint gpucg_tf32(uint u)
 {
     return (u & 0x7F800000u) == 0x7F800000u ? u : (u + 0x1000u) & 0xFFFFE000u;
 }
+"""
+_OPENCL_TF32 = OPENCL_TF32_ROUND + """\
 static inline void gpucg_to_tf32(uint* r, int n)
 {
     for (int i = 0; i < n; ++i)

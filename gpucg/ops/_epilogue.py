@@ -146,8 +146,8 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
     flat = dense_flat(y) if attrs.activation and y.flags.writeable else None
     if attrs.activation == "relu" and y.flags.writeable:  # in place: the same np.maximum
         np.maximum(y, y.dtype.type(0), out=y)
-    elif attrs.activation == "gelu" and y.dtype == np.float32 and flat is not None:
-        _unary.gelu_in_place(flat)  # in place: the operator's own float32 gelu
+    elif attrs.activation in _unary.IN_PLACE and y.dtype == np.float32 and flat is not None:
+        _unary.IN_PLACE[attrs.activation](flat)  # in place: the operator's own values
     elif flat is not None:
         activate_in_place(flat, attrs.activation)
     else:

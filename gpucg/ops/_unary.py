@@ -22,6 +22,7 @@ import numpy as np
 
 from ..codegen.literals import literal
 from ._erf import erf, half_erfc_times
+from ._gelu32 import gelu_float32
 
 _SQRT_HALF = 1 / math.sqrt(2)
 _GELU_BLOCK = 1 << 16  # elements of x a block in gelu_in_place (its temporaries stay in cache)
@@ -53,18 +54,44 @@ class Unary:
 def _gelu_np(x, attrs):
     if attrs.get("approximate", "none") == "tanh":
         return x / (1 + np.exp(x.dtype.type(-_TANH_2U) * (x + x.dtype.type(0.044715) * x * x * x)))
+    if x.dtype == np.float32:
+        return gelu_in_place(np.array(x, order="C"))
     return half_erfc_times(x * -_SQRT_HALF, x)
 
 
 def gelu_in_place(x: np.ndarray) -> np.ndarray:
     """The exact gelu of a contiguous float32 array, written over it (the epilogue's own
-    GEMM result): the values of :func:`_gelu_np`, a block at a time, so that no array of
-    x's size is allocated (at BERT's batch 8, 12.6 MB fresh pages a call: 3000 page faults)."""
+    GEMM result; :func:`_gelu_np` of float32 data), a block at a time in float32's table
+    (gpucg/ops/_gelu32.py), so that no array of x's size is allocated (at BERT's batch 8,
+    12.6 MB fresh pages a call: 3000 page faults)."""
     flat = x.reshape(-1)
-    for i in range(0, flat.size, _GELU_BLOCK):
-        xb = flat[i:i + _GELU_BLOCK]
-        half_erfc_times(xb * -_SQRT_HALF, xb.copy(), out=xb)
+    with np.errstate(all="ignore"):  # -inf * 0 is NaN, as the operator says
+        for i in range(0, flat.size, _GELU_BLOCK):
+            xb = flat[i:i + _GELU_BLOCK]
+            gelu_float32(xb, xb)
     return x
+
+
+def silu_in_place(x: np.ndarray) -> np.ndarray:
+    """silu of a contiguous float array written over it, as the operator computes it (x / (1
+    + exp(-x)), the same roundings), a block at a time through one scratch block: no
+    temporaries of x's size and no copy back (the epilogue's SiLU)."""
+    flat = x.reshape(-1)
+    scratch = np.empty(min(flat.size, _GELU_BLOCK), flat.dtype)
+    one = flat.dtype.type(1)
+    with np.errstate(all="ignore"):  # exp overflows to inf: x / inf is -0.0
+        for i in range(0, flat.size, _GELU_BLOCK):
+            xb = flat[i:i + _GELU_BLOCK]
+            t = scratch[:xb.size]
+            np.negative(xb, out=t)
+            np.exp(t, out=t)
+            t += one
+            np.divide(xb, t, out=xb)
+    return x
+
+
+#: activations with an in-place NumPy form on a contiguous float32 array (the epilogue's)
+IN_PLACE = {"gelu": gelu_in_place, "silu": silu_in_place}
 
 
 def _gelu_c(x, lit, attrs):

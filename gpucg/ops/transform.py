@@ -195,8 +195,13 @@ def take_positions(indices, n: int, attrs):
 def take_reference(x, indices, attrs):
     """np.take(x, indices, axis, mode): out-of-range indices an InputError naming the first
     one under mode="raise"."""
-    return np.take(x, take_positions(indices, take_axis_length(x.shape, attrs), attrs),
-                   axis=attrs.axis)
+    positions = take_positions(indices, take_axis_length(x.shape, attrs), attrs)
+    if attrs.axis is None:
+        return np.take(x, positions)
+    # indexing, not np.take: np.take copies a strided x whole first (a qkv split's transposed
+    # view: three whole copies for its three parts)
+    out = x[(slice(None),) * normalize_axis(attrs.axis, x.ndim) + (positions,)]
+    return out.copy() if np.may_share_memory(out, x) else out
 
 
 def cast_reference(x, attrs):

@@ -112,6 +112,18 @@ class Backend(ABC):
     @abstractmethod
     def owns(self, array) -> bool: ...
 
+    def tensor_map_args(self, name: str, array, tmap, offset: int = 0) -> dict:
+        """The launch arguments that give a kernel's TMA tensor-map parameter ``name`` the map
+        ``tmap`` (gpucg.codegen.tma.TensorMap) of ``array``'s elements from byte ``offset`` on,
+        by parameter name: here the
+        OpenCL twin's two (gpucg.codegen.hopper_twin), the tensor's buffer and the map's
+        description (hopper_ops.map_words, element 0 at the array's offset); the CUDA
+        backend passes the driver's encoding."""
+        from ..codegen.hopper_ops import map_words
+
+        words = np.array(map_words(tmap, self.address(array) + offset), np.int64)
+        return {f"{name}_g": array, name: self.to_device(words)}
+
     def borrow(self, array: np.ndarray):
         """A host array as one call's input on the device: a copy unless the backend can use
         the host's memory in place (it must not be kept beyond the call)."""

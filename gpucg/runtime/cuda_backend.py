@@ -13,12 +13,14 @@ import threading
 import numpy as np
 
 from ..codegen import CUDA
+from ..codegen.wgmma import required_arch
 from ..errors import (CompileError, DTypeError, InputError, LaunchError, ResourceError,
                       TargetUnavailableError)
 from ..half import is_ml_dtype, numpy_dtype
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key
+from .tensor_map import TensorMapArg, encode
 
 
 class CudaProgram(Program):
@@ -48,6 +50,8 @@ class CudaProgram(Program):
             if events is not None:  # kernel_time(): events tight around the launch
                 start, end = self.backend.cupy.cuda.Event(), self.backend.cupy.cuda.Event()
                 start.record()
+            if not getattr(self.backend.cupy, "takes_tensor_map_args", False):
+                args = tuple(a.value if isinstance(a, TensorMapArg) else a for a in args)
             self.function(grid[:3 if grid[2] > 1 else 2 if grid[1] > 1 else 1], (block,),
                           args, shared_mem=shared)
             if events is not None:
@@ -154,8 +158,19 @@ class CudaBackend(Backend):
         return True
 
     def compile(self, source: str, entry: str, options=()) -> CudaProgram:
+        """The program of kernel ``entry``; a source with arch-specific instructions
+        (wgmma, setmaxnreg: gpucg.codegen.wgmma.required_arch) is compiled for its arch
+        (sm_90a on a 9.0 device; NVRTC takes the arch-specific option beside CuPy's plain one),
+        or refused with a CompileError on another device."""
         self._require()
         options = tuple(options) or ("-std=c++14",)
+        need = required_arch(source)
+        if need:
+            if need.rstrip("a") != self.arch.rstrip("a"):
+                raise CompileError(f"CUDA kernel {entry} needs {need} (arch-specific "
+                                   f"instructions: wgmma, setmaxnreg); this device is "
+                                   f"{self.arch}", source, options)
+            options = (*options, f"-arch={need}")
         key = cache_key("cuda", source, options, self.arch, entry, self._toolchain)
         prog = self._programs.get(key)
         if prog is not None:
@@ -220,6 +235,13 @@ class CudaBackend(Backend):
 
     def contiguous(self, array):
         return c_contiguous(array, self.cupy)
+
+    def tensor_map_args(self, name: str, array, tmap, offset: int = 0) -> dict:
+        """{name: the map bound to the array's device address (plus ``offset`` bytes), encoded
+        by the driver} (a stand-in CuPy with ``encode_tensor_map`` encodes it itself)."""
+        t = tmap.with_address(self.address(array) + offset)
+        enc = getattr(self.cupy, "encode_tensor_map", None) or encode
+        return {name: enc(t)}
 
     def address(self, array) -> int:
         """The device pointer of the array's first element (CuPy's data.ptr; the launch

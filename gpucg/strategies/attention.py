@@ -34,7 +34,7 @@ from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..strategy import Strategy
 from . import attention_decode, attention_mma
-from .attention_args import common_args
+from .attention_args import common_args, heads, named, outputs
 from .gemm_tile import sm_count
 
 #: queries at most, keys at least, for which split-KV decoding is chosen
@@ -63,14 +63,14 @@ def _simt_run(ctx, main):
         return
     s, wg = ctx.size, ctx.config["wg"]
     qtiles = ceil_div(sq, wg)
-    main(*arrays, *_slopes(ctx), *ctx.outputs, *mstr, s(hq), s(hkv), s(hq // hkv), s(sq), s(skv),
-         s(qtiles), grid=b * hq * qtiles, block=wg)
+    main(**named(arrays, mstr), **_slopes(ctx), **outputs(ctx), **heads(ctx, hq, hkv, sq, skv),
+         qtiles=s(qtiles), grid=b * hq * qtiles, block=wg)
 
 
-def _slopes(ctx) -> tuple:
+def _slopes(ctx) -> dict:
     """The ALiBi slopes argument on the backend, if the call has them."""
     slopes = ctx.info.slopes
-    return () if slopes is None else (attention_decode.slopes_on(ctx, slopes),)
+    return {} if slopes is None else {"slopes": attention_decode.slopes_on(ctx, slopes)}
 
 
 def splits_for(work: int, skv: int, bk: int, sms: int) -> tuple[int, int]:
@@ -90,10 +90,10 @@ def _split_run(ctx, part, combine):
     splits, chunk = splits_for(b * hq * qtiles, skv, ctx.config["bk"], ctx.info.sms)
     rows = b * hq * sq
     po, pl = ctx.empty((rows * splits * d,), np.float32), ctx.empty((rows * splits,), np.float32)
-    part(*arrays, *_slopes(ctx), po, pl, *mstr, s(splits), s(chunk), s(hq), s(hkv), s(hq // hkv), s(sq), s(skv),
-         s(qtiles), grid=b * hq * qtiles * splits, block=wg)
+    part(**named(arrays, mstr), **_slopes(ctx), po=po, pl=pl, splits=s(splits), chunk=s(chunk),
+         **heads(ctx, hq, hkv, sq, skv), qtiles=s(qtiles), grid=b * hq * qtiles * splits, block=wg)
     cwg = ctx.config["combine_wg"]
-    combine(po, pl, *ctx.outputs, s(splits), s(hq), s(sq), s(rows * d),
+    combine(po=po, pl=pl, **outputs(ctx), splits=s(splits), hq=s(hq), sq=s(sq), total=s(rows * d),
             grid=ceil_div(rows * d, cwg), block=cwg)
 
 

@@ -30,3 +30,20 @@ def common_args(ctx):
     strides = (mask_strides(ctx.inputs[3].shape, (b, hq, sq, skv))
                if ctx.info.has_mask else ())
     return (b, hq, hkv, sq, skv), arrays, tuple(ctx.size(s) for s in strides)
+
+
+def named(arrays, mstr) -> dict:
+    """:func:`common_args`' arrays and mask strides by the kernels' parameter names."""
+    return dict(zip(("q", "k", "v", "mask"), arrays), **dict(zip(("msb", "msh", "msq", "msk"),
+                                                                 mstr)))
+
+
+def heads(ctx, hq: int, hkv: int, sq: int, skv: int) -> dict:
+    """The head counts and sequence lengths by name (hq, hkv, group, sq, skv)."""
+    s = ctx.size
+    return dict(hq=s(hq), hkv=s(hkv), group=s(hq // hkv), sq=s(sq), skv=s(skv))
+
+
+def outputs(ctx) -> dict:
+    """The outputs by name: o, and lse where the call returns it."""
+    return dict(zip(("o", "lse"), ctx.outputs))

@@ -144,11 +144,10 @@ def slopes_on(ctx, slopes: tuple):
     return got
 
 
-def launch(ctx, main, combine, q, k, v, extra, tail, sizes, keys):
-    """Launch the decode kernel and, with splits, the combine kernel. ``extra``: the paged
-    arrays (block table, seq_lens), ``tail`` the paged arguments after the outputs (the bad
-    index counter, num_blocks, block size, max blocks); ``sizes``: (B, Hq, Hkv, Sq, Skv);
-    ``keys``: the keys a tile of rows reads at most."""
+def launch(ctx, main, combine, q, k, v, sizes, keys, **paged):
+    """Launch the decode kernel and, with splits, the combine kernel. ``paged``: the paged
+    cache's arguments by name (block_table, seq_lens, the bad index counter bad, nblocks, bs,
+    maxb); ``sizes``: (B, Hq, Hkv, Sq, Skv); ``keys``: the keys a tile of rows reads at most."""
     info, s = ctx.info, ctx.size
     b, hq, hkv, sq, skv = sizes
     group = hq // hkv
@@ -157,21 +156,22 @@ def launch(ctx, main, combine, q, k, v, extra, tail, sizes, keys):
     eb, v_ = info.eb, chunk_elems(info.eb)
     o = ctx.outputs[0]
     vec = int(info.d % v_ == 0 and all(alignment_of(a) % 16 == 0 for a in (k, v, o)))
-    lse = ctx.outputs[1:2] if info.lse else ()
+    lse = {"lse": ctx.outputs[1]} if info.lse else {}
     total = b * hq * sq
     if splits > 1:
         po = ctx.empty((total * splits * info.d,), np.float32)
         pl = ctx.empty((total * splits,), np.float32)
     else:
         po = pl = ctx.empty((1,), np.float32)
-    slopes = (slopes_on(ctx, info.slopes),) if info.slopes is not None else ()
-    main(q, k, v, *extra, *slopes, o, *lse, po, pl, *tail, s(hq), s(hkv), s(group),
-         s(sq), s(skv), s(rows), s(rowtiles), s(splits), s(chunk), np.int32(rys), np.int32(vec),
+    slopes = {"slopes": slopes_on(ctx, info.slopes)} if info.slopes is not None else {}
+    main(q=q, k=k, v=v, **paged, **slopes, o=o, **lse, po=po, pl=pl, hq=s(hq), hkv=s(hkv),
+         group=s(group), sq=s(sq), skv=s(skv), rows=s(rows), rowtiles=s(rowtiles),
+         splits=s(splits), chunk=s(chunk), rys=np.int32(rys), vec=np.int32(vec),
          grid=b * hkv * rowtiles * splits, block=ctx.config["nt"])
     if splits > 1:
         cwg = ctx.config["combine_wg"]
-        combine(po, pl, o, *lse, s(splits), s(hq), s(sq), s(total * info.d),
-                grid=ceil_div(total * info.d, cwg), block=cwg)
+        combine(po=po, pl=pl, o=o, **lse, splits=s(splits), hq=s(hq), sq=s(sq),
+                total=s(total * info.d), grid=ceil_div(total * info.d, cwg), block=cwg)
     return splits
 
 
@@ -204,7 +204,7 @@ def dense_run(ctx, main, combine):
     if ctx.info.window >= 0:  # a tile of rows reads its queries' windows
         slots = ctx.config["nt"] // ctx.config["lk"] * ctx.config["rpt"]
         keys = min(skv, ctx.info.window + ceil_div(slots, max(1, hq // hkv)) + 1)
-    launch(ctx, main, combine, q, k, v, (), (), (b, hq, hkv, sq, skv), keys)
+    launch(ctx, main, combine, q, k, v, (b, hq, hkv, sq, skv), keys)
 
 
 ATTENTION_DECODE = kernel_impl("attention_decode", dense_run, **decode_kernels(

@@ -38,7 +38,7 @@ from ..implementation import Kernel, kernel_impl
 from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
-from .attention_args import common_args
+from .attention_args import common_args, heads, named, outputs
 from .gemm_mma import PLEVEL_TWIN, Request, mma_kind, pairs_ok, smem_limit, tensor_cores
 
 #: above the SIMT kernel (10), below split-KV decoding (20, on its condition)
@@ -203,9 +203,7 @@ def _run(ctx, main):
     s, bq = ctx.size, _geo(ctx.fixed | dict(ctx.config)).bq
     qtiles = ceil_div(sq, bq)
     vec = vec_bits(arrays[:3], ctx.outputs[0], int(ctx.inputs[0].shape[3]))
-    named = dict(zip(("q", "k", "v", "mask"), arrays), **dict(zip(("o", "lse"), ctx.outputs)),
-                 **dict(zip(("msb", "msh", "msq", "msk"), mstr)), **slopes_arg(ctx))
-    main(**named, hq=s(hq), hkv=s(hkv), group=s(hq // hkv), sq=s(sq), skv=s(skv),
+    main(**named(arrays, mstr), **outputs(ctx), **slopes_arg(ctx), **heads(ctx, hq, hkv, sq, skv),
          qtiles=s(qtiles), vec=np.int32(vec), grid=b * hq * qtiles,
          block=32 * ctx.config["warps"])
 

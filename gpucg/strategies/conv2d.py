@@ -85,7 +85,7 @@ def _direct_run(ctx, gemm) -> None:
     geo = ctx.info.geo
     grid = geo.groups * ceil_div(geo.og, ctx.config["bm"]) * ceil_div(k.n * k.oh * k.ow,
                                                                        ctx.config["bn"])
-    gemm(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=grid, block=work_group(ctx.config))
+    gemm(**k.tensors, **k.named_sizes, grid=grid, block=work_group(ctx.config))
 
 
 def _depthwise_run(ctx, depthwise) -> None:
@@ -94,7 +94,7 @@ def _depthwise_run(ctx, depthwise) -> None:
         return
     wg, vw = ctx.config["wg"], ctx.config["vw"]
     total = k.n * ctx.info.geo.o * k.oh * ceil_div(k.ow, vw)
-    depthwise(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, grid=ceil_div(total, wg), block=wg)
+    depthwise(**k.tensors, **k.named_sizes, grid=ceil_div(total, wg), block=wg)
 
 
 def _winograd(ctx, u, input_, gemm, output) -> None:
@@ -109,14 +109,12 @@ def _winograd(ctx, u, input_, gemm, output) -> None:
         ctx.widen()  # the transformed tiles outgrow 32-bit indices before the tensors do
     s = ctx.size
     v = ctx.empty((alpha * alpha * geo.c * p,), np.float32)
-    input_(k.data, v, s(k.n), s(k.h), s(k.w), s(th), s(tw), np.int32(k.pt), np.int32(k.pl),
-           grid=ceil_div(p * geo.c, wg), block=wg)
+    input_(**k.winograd_input(v, th, tw), grid=ceil_div(p * geo.c, wg), block=wg)
     mo = ctx.empty((alpha * alpha * geo.o * p,), np.float32)
     bm, bn = ctx.config["bm"], ctx.config["bn"]
-    gemm(u, v, mo, s(p), grid=alpha * alpha * ceil_div(geo.o, bm) * ceil_div(p, bn),
+    gemm(U=u, V=v, Mo=mo, P=s(p), grid=alpha * alpha * ceil_div(geo.o, bm) * ceil_div(p, bn),
          block=work_group(ctx.config))
-    output(mo, *k.epilogue_args, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
-           grid=ceil_div(p * geo.o, wg), block=wg)
+    output(**k.winograd_output(mo, th, tw), grid=ceil_div(p * geo.o, wg), block=wg)
 
 
 def _winograd_transforming_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
@@ -124,7 +122,7 @@ def _winograd_transforming_run(ctx, weight, input, gemm, output) -> None:  # noq
         return
     geo, m, wg = ctx.info.geo, ctx.fixed["m"], ctx.fixed["transform_wg"]
     u = ctx.empty(((m + 2) ** 2 * geo.o * geo.c,), np.float32)
-    weight(ctx.inputs[1], u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
+    weight(wt=ctx.inputs[1], U=u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
     _winograd(ctx, u, input, gemm, output)
 
 

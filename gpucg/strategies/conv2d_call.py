@@ -24,24 +24,34 @@ class ConvCall:
         self.n, self.h, self.w, self.oh, self.ow = n, h, w, oh, ow
         self.pt, self.pl = pads[0], pads[1]
         s = ctx.size
-        self.sizes = (s(n), s(h), s(w), s(oh), s(ow), np.int32(self.pt), np.int32(self.pl))
+        self.size = s
+        #: the size arguments every kernel of the call takes, by the kernels' parameter names
+        self.named_sizes = dict(N=s(n), H=s(h), W=s(w), OH=s(oh), OW=s(ow),
+                                pt=np.int32(self.pt), pl=np.int32(self.pl))
 
     @property
     def empty(self) -> bool:
         return self.y.size == 0
 
     @property
-    def named_sizes(self) -> dict:
-        """:attr:`sizes` by the kernels' parameter names."""
-        return dict(zip(("N", "H", "W", "OH", "OW", "pt", "pl"), self.sizes))
-
-    @property
     def named_epilogue(self) -> dict:
-        """:attr:`epilogue_args` by the kernels' parameter names."""
+        """The bias and the residual the call has, by the kernels' parameter names."""
         return {n: a for n, a in (("bias", self.bias), ("residual", self.residual))
                 if a is not None}
 
     @property
-    def epilogue_args(self) -> tuple:
-        """The bias and the residual the call has, in the kernels' argument order."""
-        return tuple(a for a in (self.bias, self.residual) if a is not None)
+    def tensors(self) -> dict:
+        """x, wt, the epilogue's tensors and y (the kernels' tensor_params) by name."""
+        return dict(x=self.data, wt=self.weight, **self.named_epilogue, y=self.y)
+
+    def winograd_input(self, v, th: int, tw: int) -> dict:
+        """The arguments of winograd_input.j2: x into the transformed tiles ``v``."""
+        s = self.size
+        return dict(x=self.data, V=v, N=s(self.n), H=s(self.h), W=s(self.w), TH=s(th), TW=s(tw),
+                    pt=np.int32(self.pt), pl=np.int32(self.pl))
+
+    def winograd_output(self, mo, th: int, tw: int) -> dict:
+        """The arguments of winograd_output.j2: the products ``mo`` into y, with the epilogue."""
+        s = self.size
+        return dict(Mo=mo, **self.named_epilogue, y=self.y, N=s(self.n), OH=s(self.oh),
+                    OW=s(self.ow), TH=s(th), TW=s(tw))

@@ -263,8 +263,7 @@ def _run(ctx, fused) -> None:
     th, tw = ceil_div(k.oh, m), ceil_div(k.ow, m)
     grid = (ceil_div(ctx.info.geo.o, c["bm"] * c["om"]) * k.n * ceil_div(th, c["bth"])
             * ceil_div(tw, c["btw"]))
-    fused(k.data, k.weight, *k.epilogue_args, k.y, *k.sizes, ctx.size(th), ctx.size(tw),
-          grid=grid, block=work_group(c))
+    fused(**k.tensors, **k.named_sizes, TH=ctx.size(th), TW=ctx.size(tw), grid=grid, block=work_group(c))
 
 
 def layout_of(p) -> Layout:

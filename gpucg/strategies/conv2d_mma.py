@@ -53,8 +53,7 @@ def _run(ctx, gemm, reduce) -> None:
     vec = np.int32(int(aligned) | int(pairs) << 1)
     splits = c.get("splits", 1)
     if splits == 1:
-        gemm(x=k.data, wt=k.weight, **k.named_epilogue, y=k.y, **k.named_sizes, vec=vec,
-             grid=tiles, block=threads)
+        gemm(**k.tensors, **k.named_sizes, vec=vec, grid=tiles, block=threads)
         return
     total = k.y.size
     part = ctx.empty((splits * total,), np.float32)
@@ -200,18 +199,16 @@ def _winograd_run(ctx, weight, input, gemm, output) -> None:  # noqa: A002
         ctx.widen()
     tdt = np.float32 if eb == 4 else ctx.inputs[0].dtype
     u = ctx.empty((a2 * geo.o * geo.c,), tdt)
-    weight(ctx.inputs[1], u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
+    weight(wt=ctx.inputs[1], U=u, grid=ceil_div(geo.o * geo.c, wg), block=wg)
     v = ctx.empty((a2 * geo.c * tiles,), tdt)
-    input(k.data, v, s(k.n), s(k.h), s(k.w), s(th), s(tw), np.int32(k.pt), np.int32(k.pl),
-          grid=ceil_div(tiles * geo.c, wg), block=wg)
+    input(**k.winograd_input(v, th, tw), grid=ceil_div(tiles * geo.c, wg), block=wg)
     mo = ctx.empty((a2 * geo.o * tiles,), np.float32)
     epc = 16 // eb
     rows = geo.c % epc == 0 and (p["b_k_major"] or tiles % epc == 0)
     threads = (c["bm"] // c["wm"]) * (c["bn"] // c["wn"]) * 32
     gemm(U=u, V=v, Mo=mo, P=s(tiles), vec=np.int32(int(rows) | int(tiles % 2 == 0) << 1),
          grid=a2 * ceil_div(geo.o, c["bm"]) * ceil_div(tiles, c["bn"]), block=threads)
-    output(mo, *k.epilogue_args, k.y, s(k.n), s(k.oh), s(k.ow), s(th), s(tw),
-           grid=ceil_div(tiles * geo.o, wg), block=wg)
+    output(**k.winograd_output(mo, th, tw), grid=ceil_div(tiles * geo.o, wg), block=wg)
 
 
 WINOGRAD_MMA = with_numerics(kernel_impl(

@@ -2,6 +2,9 @@
 
 Every call is a batched GEMM (gpucg.ops.dense.problem): B products of (m x k) by (k x n). GPU
 implementations, by plevel, with conditions over the symbolic sizes:
+  gemm_wgmma   22  (sm_90a) Hopper's wgmma, TMA and mbarriers, persistent and warp-specialized
+                   (strategies/gemm_wgmma.py): float16, bfloat16, TF32, rows whole 16-byte
+                   chunks, aligned operands; on OpenCL the twin at plevel 1 (forced only)
   gemm_mma     20  (CUDA) tensor cores (strategies/gemm_mma.py): float16, and float32 with
                    allow_tf32, when rows hold whole 16-byte chunks and m > 16; on OpenCL the
                    twin at plevel 1 (forced only)
@@ -26,7 +29,7 @@ import sympy
 
 from ..arch import PORTABLE_LOCAL_BYTES
 from ..codegen import dialect_for
-from ..half import half_format
+from ..half import half_format, numpy_dtype
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl, reads_strides
 from ..ops import _epilogue
@@ -34,7 +37,7 @@ from ..ops.dense import DenseAttrs, problem
 from ..runtime.base import ceil_div
 from ..strategy import Strategy
 from .gemm_tile import fill_device, gemm_space, sm_count, vector_needs, work_group
-from . import gemm_layout, gemm_mma
+from . import gemm_layout, gemm_mma, gemm_wgmma
 
 GEMV_MAX_M = 16
 SPLITK_MAX_MN = 2 ** 18
@@ -100,15 +103,16 @@ def _tiled_run(ctx, gemm) -> None:
     m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
     grid = nb * ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
-    gemm(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=grid, block=work_group(c))
+    gemm(**named_operands(ctx, arrays, args), C=ctx.outputs[0], M=s(m), P=s(n), K=s(k),
+         grid=grid, block=work_group(c))
 
 
 def _gemv_run(ctx, gemv) -> None:
     m, n, k, nb, arrays, args, _ = _sizes(ctx)
     c, s = ctx.config, ctx.size
     cols = c["wg"] // c["k_slices"] * c["cols"]
-    gemv(*arrays, ctx.outputs[0], s(m), s(n), s(k), *args, grid=nb * ceil_div(n, cols),
-         block=c["wg"])
+    gemv(**named_operands(ctx, arrays, args), C=ctx.outputs[0], M=s(m), P=s(n), K=s(k),
+         grid=nb * ceil_div(n, cols), block=c["wg"])
 
 
 def _splitk_run(ctx, partial, reduce) -> None:
@@ -122,11 +126,12 @@ def _splitk_run(ctx, partial, reduce) -> None:
     total = nb * m * n
     part = ctx.empty((slices * total,), np.float64 if ctx.fixed["acc_t"] == "double"
                      else np.float32)
-    a, b, *extra = arrays
-    partial(a, b, part, s(m), s(n), s(k), s(nb), np.int32(kc), *args, grid=slices * tiles,
-            block=work_group(c))
+    named = named_operands(ctx, arrays, args)
+    epilogue = {e: named.pop(e) for e in ("bias", "residual") if e in named}
+    partial(**named, C=part, M=s(m), P=s(n), K=s(k), NB=s(nb), KC=np.int32(kc),
+            grid=slices * tiles, block=work_group(c))
     wg = SPLITK_REDUCE_WG
-    reduce(part, *extra, ctx.outputs[0], s(total), s(n), np.int32(slices),
+    reduce(part=part, **epilogue, C=ctx.outputs[0], total=s(total), P=s(n), S=np.int32(slices),
            grid=ceil_div(total, wg), block=wg)
 
 
@@ -155,6 +160,42 @@ GEMM_MMA = reads_strides(kernel_impl("gemm_mma", _mma_run, gemm=Kernel(
     "dynamic shared memory), the fused epilogue",
     low_occupancy=gemm_mma.low_occupancy, dynamic_local=gemm_mma.dynamic_bytes,
     smem_requests=gemm_mma.kernel_requests)))
+def _wgmma_run(ctx, gemm) -> None:
+    m, n, k, nb, arrays, args, (oa, lda, sa, ob, ldb, sb) = _sizes(ctx)
+    if not (m and n and nb):
+        return
+    c, f, be = ctx.config, ctx.fixed, ctx.backend
+    a, b, *extra = arrays
+    a, b = gemm_wgmma.aligned(be, a), gemm_wgmma.aligned(be, b)
+    core = gemm_wgmma.core_of(f["kind"], c, f["a_k_major"], f["b_k_major"], f["out_bytes"])
+    sizes = [int(v) for v in args[0:3 * len(ctx.info.groups):3]]
+    eb, dt = a.dtype.itemsize, np.dtype(a.dtype).name
+    ma = gemm_wgmma.matrix_map(dt, core, "A", *((m, k) if f["a_k_major"] else (k, m)), lda,
+                               zip(sizes, sa), eb)
+    mb = gemm_wgmma.matrix_map(dt, core, "B", *((n, k) if f["b_k_major"] else (k, n)), ldb,
+                               zip(sizes, sb), eb)
+    named = {**be.tensor_map_args("tmA", a, ma, oa * eb), **be.tensor_map_args("tmB", b, mb, ob * eb)}
+    named.update(zip(["bias", "residual"], extra))
+    out = ctx.outputs[0]
+    if f["out_bytes"]:
+        mc = gemm_wgmma.output_map(np.dtype(out.dtype).name, core, m, n, nb, out.dtype.itemsize)
+        named.update(be.tensor_map_args("tmC", out, mc))
+    else:
+        named["C"] = out
+    named.update({f"bs{r}": ctx.size(v) for r, v in enumerate(sizes)})
+    tiles = nb * ceil_div(m, c["bm"]) * ceil_div(n, c["bn"])
+    s = ctx.size
+    gemm(**named, M=s(m), P=s(n), K=s(k), block=gemm_wgmma.threads(c),
+         grid=gemm_wgmma.grid(tiles, c, ctx.compiled.target.capabilities.sm_count))
+
+
+GEMM_WGMMA = kernel_impl("gemm_wgmma", _wgmma_run, gemm=Kernel(
+    "dense/gemm_wgmma.j2", doc="Hopper's tensor cores: persistent and warp-specialized (a TMA "
+    "producer warpgroup, wgmma consumer warpgroups, mbarrier stages of dynamic shared memory), "
+    "the epilogue stored by TMA",
+    low_occupancy="one work-group a multiprocessor by design: persistent, warp-specialized, "
+                  "most of the shared memory in its TMA ring",
+    dynamic_local=gemm_wgmma.dynamic_bytes))
 GEMM_TILED = reads_strides(kernel_impl("gemm_tiled", _tiled_run, gemm=Kernel(
     "dense/gemm.j2", {"splitk": False}, doc="the tiled GEMM with the fused epilogue",
     low_occupancy=("a 128 x 128 register tile (8 x 8 accumulators a thread, double-buffered vector "
@@ -257,8 +298,13 @@ def gpu_strategy(op: str):
         m, n, k, nb = (sympy.sympify(v) for v in (p.m, p.n, p.k, p.nb))
         mr = max(int(m), 1) if m.is_Integer and m <= GEMV_MAX_M else GEMV_MAX_M
         s = Strategy(target)
-        gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, getattr(attrs, "allow_tf32", False), common, info,
-                       target, GEMV_MAX_M)
+        tf32 = getattr(attrs, "allow_tf32", False)
+        groups = merge_batch(p)
+        gemm_wgmma.offer(s, GEMM_WGMMA, p, inputs[0].dtype, numpy_dtype(outputs[0].dtype).itemsize,
+                         tf32, dict(common, a_axes=tuple(g[1][0] for g in groups),
+                                    b_axes=tuple(g[1][1] for g in groups)),
+                         info, target, GEMV_MAX_M, len(groups))
+        gemm_mma.offer(s, GEMM_MMA, p, inputs[0].dtype, tf32, common, info, target, GEMV_MAX_M)
         gemv_vector = p.a_k_major and p.b_k_major
         s.add(GEMV, 15, condition=m <= GEMV_MAX_M, info=info, fixed=dict(common, MR=mr),
               space=gemv_space(mr, p.b_k_major, acc_bytes, gemv_vector, target.on_cpu,

@@ -66,14 +66,16 @@ def _dims(ctx):
     return split_axis(tuple(int(d) for d in ctx.inputs[0].shape), ctx.info.axis)
 
 
-def _io(ctx):
-    """x, the parameters (gamma, beta) and y."""
-    return (*ctx.inputs, *ctx.outputs)
+def _io(ctx) -> dict:
+    """x, the parameters (gamma, beta), the residual, y (and h, the residual sum) by the
+    kernels' parameter names (the operator's input names)."""
+    return dict(zip(ctx.compiled.op.input_names, ctx.inputs), **dict(zip(("y", "h"),
+                                                                        ctx.outputs)))
 
 
-def _launch(kern, ctx, arrays, rows, n, chunk, chunks, inner, lanes, row_loop=1):
+def _launch(kern, ctx, arrays: dict, rows, n, chunk, chunks, inner, lanes, row_loop=1):
     s, wg = ctx.size, ctx.config["wg"]
-    kern(*arrays, s(rows), s(n), s(chunk), s(chunks), s(inner),
+    kern(**arrays, rows=s(rows), n=s(n), chunk=s(chunk), chunks=s(chunks), inner=s(inner),
          grid=ceil_div(rows, wg // lanes * row_loop), block=wg)
 
 
@@ -104,12 +106,12 @@ def _split(ctx, main, sums, pairs, apply) -> None:
     rows = outer * chunks
     x = ctx.inputs[0]
     acc = np.dtype(ctx.info.acc)
-    psum = (ctx.empty((rows,), acc),) if sums is not None else ()
-    pa, pb = ctx.empty((rows,), acc), ctx.empty((rows,), acc)
+    psum = {"psum": ctx.empty((rows,), acc)} if sums is not None else {}
+    ab = dict(pa=ctx.empty((rows,), acc), pb=ctx.empty((rows,), acc))
     if psum:
-        _launch(sums, ctx, (x, *psum), rows, n, chunk, chunks, 1, wg)
-    _launch(pairs, ctx, (x, *psum, pa, pb), rows, n, chunk, chunks, 1, wg)
-    _launch(apply, ctx, (*_io(ctx), *psum, pa, pb), rows, n, chunk, chunks, 1, wg)
+        _launch(sums, ctx, dict(x=x, **psum), rows, n, chunk, chunks, 1, wg)
+    _launch(pairs, ctx, dict(x=x, **psum, **ab), rows, n, chunk, chunks, 1, wg)
+    _launch(apply, ctx, dict(_io(ctx), **psum, **ab), rows, n, chunk, chunks, 1, wg)
 
 
 def _split_items(p) -> int:
@@ -139,15 +141,16 @@ def _gather(ctx, main, init, pairs, apply) -> None:
     nv = 3 if ctx.info.op == "layer_norm" else 2
     part = ctx.empty((rows * nv * acc.itemsize // 4,), np.uint32)
     counter = ctx.empty((outer + 1,), np.uint32)
-    init(counter, s(outer), grid=ceil_div(outer + 1, INIT_WG), block=INIT_WG)
+    init(flags=counter, count=s(outer), grid=ceil_div(outer + 1, INIT_WG), block=INIT_WG)
     stats = ctx.empty((outer * nv,), acc)
     own = ctx.info.op in SOFTMAX_OPS and _split_items(c) > 0
-    last = (ctx.empty((outer,), np.int32),) if own else ()
+    last = {"rlast": ctx.empty((outer,), np.int32)} if own else {}
     x, y = ctx.inputs[0], ctx.outputs[0]
-    dims = (s(rows), s(n), s(chunk), s(chunks), s(1))
-    pairs(x, *((y,) if own else ()), part, counter, stats, *last, *dims, grid=rows, block=wg)
+    dims = dict(rows=s(rows), n=s(n), chunk=s(chunk), chunks=s(chunks), inner=s(1))
+    pairs(x=x, **({"y": y} if own else {}), part=part, counter=counter, stats=stats, **last,
+          **dims, grid=rows, block=wg)
     loop = c["row_loop"] if _split_items(c) else 1
-    apply(*_io(ctx), stats, *last, *dims, grid=chunks * ceil_div(outer, loop), block=wg)
+    apply(**_io(ctx), stats=stats, **last, **dims, grid=chunks * ceil_div(outer, loop), block=wg)
 
 
 def _split_run(ctx, main, pairs, apply, init) -> None:

@@ -47,8 +47,8 @@ def _paged_run(ctx, main, combine):
         rows = ctx.config["nt"] // ctx.config["lk"] * ctx.config["rpt"]
         keys = min(keys, ctx.info.window + ceil_div(rows, hq // hkv) + 1)
     bad = ctx.counter()
-    dec.launch(ctx, main, combine, q, kc, vc, (bt, sl),
-               (bad, np.int32(nb), np.int32(bs), np.int32(mb)), (b, hq, hkv, sq, 0), keys)
+    dec.launch(ctx, main, combine, q, kc, vc, (b, hq, hkv, sq, 0), keys, block_table=bt,
+               seq_lens=sl, bad=bad, nblocks=np.int32(nb), bs=np.int32(bs), maxb=np.int32(mb))
     if ctx.count(bad):
         host = ctx.backend.to_host
         check_tables(host(bt), host(sl), nb, bs, "paged_attention")
@@ -117,12 +117,13 @@ def _write_run(ctx, check, write):
     s, wg = ctx.size, ctx.config["wg"]
     nslots = int(kc.shape[0]) * int(kc.shape[1])
     bad = ctx.counter()
-    check(sm, bad, s(t), np.int64(nslots), grid=ceil_div(t, wg), block=wg)
+    check(slot_mapping=sm, bad=bad, tokens=s(t), nslots=np.int64(nslots), grid=ceil_div(t, wg),
+          block=wg)
     per = 16 // ctx.fixed["EB"]
     vec = int(ctx.fixed["vec_ok"] and all(alignment_of(a) % 16 == 0 for a in (k, v, kc, vc)))
     per_token = hkv * d // per if vec else hkv * d
-    write(k, v, kc, vc, sm, bad, s(t * per_token), s(per_token), np.int32(vec),
-          grid=ceil_div(t * per_token, wg), block=wg)
+    write(k=k, v=v, k_cache=kc, v_cache=vc, slot_mapping=sm, bad=bad, total=s(t * per_token),
+          per_token=s(per_token), vec=np.int32(vec), grid=ceil_div(t * per_token, wg), block=wg)
     if ctx.count(bad):
         check_slots(ctx.backend.to_host(sm), nslots, "kv_cache_write")
         raise StrategyError(f"{ctx.impl.name}: the kernel counted {ctx.count(bad)} bad slots "

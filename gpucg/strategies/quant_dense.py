@@ -35,20 +35,26 @@ def _sizes(ctx):
     return m, int(qw.shape[0]), int(x.shape[-1])
 
 
+def _tensors(ctx) -> dict:
+    """The kernels' tensor arguments by name: the inputs (x, qweight, scales, then the bias
+    and the zero points the call has) and y."""
+    names = ("x", "qweight", "scales", "bias", "zeros")
+    return dict(zip(names, ctx.inputs), y=ctx.outputs[0])
+
+
 def _gemv_run(ctx, main) -> None:
     m, n, k = _sizes(ctx)
     c, s = ctx.config, ctx.size
     cols = c["wg"] // 32 * c["cols"]
     if m * n:
-        main(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k), grid=ceil_div(n, cols),
-             block=c["wg"])
+        main(**_tensors(ctx), M=s(m), N=s(n), K=s(k), grid=ceil_div(n, cols), block=c["wg"])
 
 
 def _gemm_run(ctx, main) -> None:
     m, n, k = _sizes(ctx)
     c, s = ctx.config, ctx.size
     if m * n:
-        main(*ctx.inputs, ctx.outputs[0], s(m), s(n), s(k),
+        main(**_tensors(ctx), M=s(m), P=s(n), K=s(k),
              grid=ceil_div(m, c["bm"]) * ceil_div(n, c["bn"]), block=work_group(c))
 
 

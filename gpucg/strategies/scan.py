@@ -94,7 +94,8 @@ def _dims(ctx):
 
 def _rows_run(ctx, scan) -> None:
     outer, n, _ = _dims(ctx)
-    scan(ctx.inputs[0], ctx.outputs[0], ctx.size(n), grid=outer * (n > 0), block=ctx.config["wg"])
+    scan(x=ctx.inputs[0], y=ctx.outputs[0], n=ctx.size(n), grid=outer * (n > 0),
+         block=ctx.config["wg"])
 
 
 def _device_run(ctx, scan, tile_reduce, scan_partials, tile_apply) -> None:
@@ -103,13 +104,14 @@ def _device_run(ctx, scan, tile_reduce, scan_partials, tile_apply) -> None:
     tiles = ceil_div(n, tile)
     x, y = ctx.inputs[0], ctx.outputs[0]
     if tiles <= 1:
-        scan(x, y, ctx.size(n), grid=outer * (n > 0), block=wg)
+        scan(x=x, y=y, n=ctx.size(n), grid=outer * (n > 0), block=wg)
         return
     partial = ctx.empty((outer * tiles,), _acc(ctx))
     carries = ctx.empty((outer * tiles,), _acc(ctx))
-    tile_reduce(x, partial, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
-    scan_partials(partial, carries, ctx.size(tiles), grid=outer, block=wg)
-    tile_apply(x, y, carries, ctx.size(n), ctx.size(tiles), grid=outer * tiles, block=wg)
+    sizes = dict(n=ctx.size(n), tiles=ctx.size(tiles))
+    tile_reduce(x=x, partial=partial, **sizes, grid=outer * tiles, block=wg)
+    scan_partials(x=partial, y=carries, n=ctx.size(tiles), grid=outer, block=wg)
+    tile_apply(x=x, y=y, carries=carries, **sizes, grid=outer * tiles, block=wg)
 
 
 def _acc(ctx) -> np.dtype:
@@ -123,12 +125,18 @@ def _status(ctx, init, count: int):
     array), 64-bit ones have a flag word and their aggregate and inclusive prefix apart."""
     if _acc(ctx).itemsize <= 4:
         flags = ctx.empty((2 * count + 1,), np.uint32)
-        init(flags, ctx.size(2 * count), grid=ceil_div(2 * count + 1, INIT_WG), block=INIT_WG)
+        init(flags=flags, count=ctx.size(2 * count), grid=ceil_div(2 * count + 1, INIT_WG),
+             block=INIT_WG)
         return (flags,)
     flags = ctx.empty((count + 1,), np.uint32)
     words = ctx.empty((2 * count * _acc(ctx).itemsize // 4,), np.uint32)
-    init(flags, ctx.size(count), grid=ceil_div(count + 1, INIT_WG), block=INIT_WG)
+    init(flags=flags, count=ctx.size(count), grid=ceil_div(count + 1, INIT_WG), block=INIT_WG)
     return flags, words
+
+
+def _status_args(ctx, init, count: int) -> dict:
+    """:func:`_status`'s arrays by the look-back kernels' parameter names."""
+    return dict(zip(("flags", "words"), _status(ctx, init, count)))
 
 
 def _lookback_run(ctx, init, scan) -> None:
@@ -137,8 +145,8 @@ def _lookback_run(ctx, init, scan) -> None:
     tiles = ceil_div(n, wg * ctx.config["items"])
     count = outer * tiles
     if count:
-        scan(ctx.inputs[0], ctx.outputs[0], *_status(ctx, init, count), ctx.size(n),
-             ctx.size(tiles), ctx.size(count), grid=count, block=wg)
+        scan(x=ctx.inputs[0], y=ctx.outputs[0], **_status_args(ctx, init, count),
+             n=ctx.size(n), tiles=ctx.size(tiles), count=ctx.size(count), grid=count, block=wg)
 
 
 def _cols_lookback_run(ctx, init, scan, cols) -> None:
@@ -150,15 +158,16 @@ def _cols_lookback_run(ctx, init, scan, cols) -> None:
         return
     count = chunks * columns
     if count:
-        scan(ctx.inputs[0], ctx.outputs[0], *_status(ctx, init, count), s(n), s(inner),
-             s(columns), s(chunks), s(count), grid=ceil_div(columns, wg) * chunks, block=wg)
+        scan(x=ctx.inputs[0], y=ctx.outputs[0], **_status_args(ctx, init, count), n=s(n),
+             inner=s(inner), columns=s(columns), chunks=s(chunks), count=s(count),
+             grid=ceil_div(columns, wg) * chunks, block=wg)
 
 
 def _cols_run(ctx, scan) -> None:
     outer, n, inner = _dims(ctx)
     wg, s = ctx.config["wg"], ctx.size
-    scan(ctx.inputs[0], ctx.outputs[0], s(outer), s(n), s(inner), s(n), s(1),
-         grid=ceil_div(outer * inner * (n > 0), wg), block=wg)
+    scan(x=ctx.inputs[0], y=ctx.outputs[0], outer=s(outer), n=s(n), inner=s(inner), chunk=s(n),
+         chunks=s(1), grid=ceil_div(outer * inner * (n > 0), wg), block=wg)
 
 
 def _chunked_run(ctx, scan, chunk_reduce, scan_partials, chunk_scan) -> None:
@@ -174,10 +183,11 @@ def _chunked_run(ctx, scan, chunk_reduce, scan_partials, chunk_scan) -> None:
     partial = ctx.empty((work,), _acc(ctx))
     carries = ctx.empty((work,), _acc(ctx))
     grid = ceil_div(work, wg)
-    chunk_reduce(x, partial, s(outer), s(n), s(inner), s(chunk), s(chunks), grid=grid, block=wg)
-    scan_partials(partial, carries, s(outer), s(chunks), s(inner), s(chunks), s(1),
-                  grid=ceil_div(outer * inner, wg), block=wg)
-    chunk_scan(x, y, carries, s(outer), s(n), s(inner), s(chunk), s(chunks), grid=grid, block=wg)
+    cols = dict(outer=s(outer), n=s(n), inner=s(inner), chunk=s(chunk), chunks=s(chunks))
+    chunk_reduce(x=x, partial=partial, **cols, grid=grid, block=wg)
+    scan_partials(x=partial, y=carries, outer=s(outer), n=s(chunks), inner=s(inner),
+                  chunk=s(chunks), chunks=s(1), grid=ceil_div(outer * inner, wg), block=wg)
+    chunk_scan(x=x, y=y, carries=carries, **cols, grid=grid, block=wg)
 
 
 def _partials(p: dict) -> dict:

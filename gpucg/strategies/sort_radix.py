@@ -44,6 +44,7 @@ from ..runtime.base import ceil_div
 from ..shape import split_axis
 from ..space import ConfigSpace
 from ..ops.topk import view
+from .topk_select import pair_args
 
 #: rows at least this long are sorted by the radix sort on a GPU (shorter: bitonic + merge)
 RADIX_SORT_N_MIN = 1 << 15
@@ -65,6 +66,11 @@ def _pass(from_data: bool, emit: bool, doc: str) -> Kernel:
     return Kernel("sort/radix_pass.j2", {"from_data": from_data, "emit": emit}, doc=doc)
 
 
+def _emit(out) -> dict:
+    """The emitting passes' outputs by name: values (and indices)."""
+    return dict(zip(("values", "indices"), out))
+
+
 def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
     """Sort problem ``p`` (strategies/topk.py's: rows, n, data, outputs)."""
     if p is None:
@@ -77,9 +83,11 @@ def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
     chunks = ceil_div(p.n, tile * HIST_TILES)
     words = WG * (1 + p.rows * digits + digits * tiles)
     work = ctx.empty((words,), np.uint32)
-    zero(work, grid=words // WG, block=WG)
-    hist(p.data, work, s(p.inner), s(p.n), s(chunks), grid=p.rows * chunks, block=WG)
-    sizes = (work, s(p.inner), s(p.n), s(p.k), s(per_row), s(p.rows))
+    zero(work=work, grid=words // WG, block=WG)
+    hist(data=p.data, work=work, inner=s(p.inner), n=s(p.n), chunks=s(chunks),
+         grid=p.rows * chunks, block=WG)
+    sizes = dict(work=work, inner=s(p.inner), n=s(p.n), kout=s(p.k), tiles_per_row=s(per_row),
+                 rows=s(p.rows))
     pairs = ctx.fixed["pairs"]
     out = (p.values, p.indices) if pairs else (p.values,)
 
@@ -88,14 +96,16 @@ def _run(p, ctx, zero, hist, first, middle, last, only) -> None:
         return (keys, ctx.empty((p.rows * p.n,), ctx.idx)) if pairs else (keys,)
 
     if digits == 1:
-        only(p.data, *out, *sizes, np.int32(0), grid=tiles, block=WG)
+        only(data=p.data, **_emit(out), **sizes, pass_=np.int32(0), grid=tiles, block=WG)
         return
     a, b = buffers(), buffers()
-    first(p.data, *a, *sizes, np.int32(0), grid=tiles, block=WG)
+    first(data=p.data, **pair_args("out", a), **sizes, pass_=np.int32(0), grid=tiles, block=WG)
     for pass_ in range(1, digits - 1):
-        middle(*a, *b, *sizes, np.int32(pass_), grid=tiles, block=WG)
+        middle(**pair_args("in", a), **pair_args("out", b), **sizes, pass_=np.int32(pass_),
+               grid=tiles, block=WG)
         a, b = b, a
-    last(*a, *out, *sizes, np.int32(digits - 1), grid=tiles, block=WG)
+    last(**pair_args("in", a), **_emit(out), **sizes, pass_=np.int32(digits - 1), grid=tiles,
+         block=WG)
 
 
 KERNELS = dict(
@@ -148,9 +158,9 @@ def declare(problem):
 def add(s, decl, n, rows, keyp: dict, on_cpu: bool, pairs: bool = True) -> None:
     """Offer the radix sort to the strategy ``s`` for rows of ``n`` elements (``keyp``: the
     order key's template parameters; ``pairs``: indices carried, else the caller wants the
-    values alone and the passes move keys only). On a GPU it ranks above the merge path (plevel 5) for
-    RADIX_SORT_N_MIN <= n <= RADIX_SORT_N_MAX. On a CPU device (PoCL) it ranks above the
-    merge path only for at most CPU_ROWS_MAX rows: argsort on 2 cores, quiet, radix/merge
+    values alone and the passes move keys only). On a GPU it ranks above the merge path
+    (plevel 5) for RADIX_SORT_N_MIN <= n <= RADIX_SORT_N_MAX. On a CPU device (PoCL) it ranks
+    above the merge path only for at most CPU_ROWS_MAX rows: argsort on 2 cores, quiet, radix/merge
     time 0.15-0.29 for one row of 2^15-2^23 and 0.21-0.26 for 16 x 2^18 and 64 x 2^16, but
     1.31 for 256 x 2^15 (many short rows: a work-group a tile, spinning on its predecessors)."""
     cond = sympy.And(n >= RADIX_SORT_N_MIN, n <= RADIX_SORT_N_MAX)

@@ -40,7 +40,7 @@ from ..runtime.base import ceil_div
 from ..shape import normalize_axis, split_axis
 from ..strategy import Strategy, only
 from . import sort_radix
-from .topk_select import GROUP_K_MAX, WARP_K_MAX, Problem, add_small_k, problem
+from .topk_select import GROUP_K_MAX, WARP_K_MAX, Problem, add_small_k, pair_args, problem
 
 RADIX_N_MIN = 8192
 RADIX_FEW_ROWS = 32
@@ -78,23 +78,25 @@ def _sort_rows(ctx, p: Problem, pairs, n_row: int, sort, blocks, merge, merge_em
     s = ctx.size
     wg = ctx.config["wg"]
     block = wg * ctx.config["items"]
-    src = () if pairs is None else pairs
-    common = (s(p.inner), s(n_row), s(p.n))
+    src = dict(data=p.data, **({} if pairs is None else pair_args("in", pairs)))
+    common = dict(inner=s(p.inner), n=s(n_row), n_data=s(p.n), kout=s(p.k))
+    emit = dict(values=p.values, indices=p.indices)
     if n_row <= block:
-        sort(p.data, *src, p.values, p.indices, *common, s(p.k), s(1), grid=p.rows, block=wg)
+        sort(**src, **emit, **common, nblocks=s(1), grid=p.rows, block=wg)
         return
     nblocks = ceil_div(n_row, block)
     a = (ctx.empty((p.rows * n_row,), p.ukey), ctx.empty((p.rows * n_row,), ctx.idx))
     b = (ctx.empty((p.rows * n_row,), p.ukey), ctx.empty((p.rows * n_row,), ctx.idx))
-    blocks(p.data, *src, *a, *common, s(p.k), s(nblocks), grid=p.rows * nblocks, block=wg)
+    blocks(**src, **pair_args("out", a), **common, nblocks=s(nblocks), grid=p.rows * nblocks,
+           block=wg)
     width = block
     mwg = ctx.config["merge_wg"]
     grid = ceil_div(p.rows * n_row, mwg)
     while True:
         last = 2 * width >= n_row
-        out = (p.values, p.indices) if last else b
-        (merge_emit if last else merge)(p.data, *a, *out, *common, s(p.k), s(width), s(p.rows),
-                                        grid=grid, block=mwg)
+        out = emit if last else pair_args("out", b)
+        (merge_emit if last else merge)(data=p.data, **pair_args("in", a), **out, **common,
+                                        width=s(width), rows=s(p.rows), grid=grid, block=mwg)
         if last:
             return
         a, b = b, a
@@ -131,14 +133,16 @@ def _radix_run(ctx, init, hist, scan, cand_sort, cand_blocks, merge, merge_emit)
     cand = (ctx.empty((p.rows * p.k,), p.ukey), ctx.empty((p.rows * p.k,), ctx.idx))
     # the data's passes read 128 bits at a time where rows are contiguous and 16-byte aligned
     vec = p.inner == 1 and alignment_of(p.data) % 16 == 0 and (p.rows == 1 or p.n * kbits % 128 == 0)
-    init(st_key, st_lo, counts, s(p.k), grid=p.rows, block=RADIX_WG)
+    state = dict(st_key=st_key, st_lo=st_lo, hist=counts)
+    init(**state, k=s(p.k), grid=p.rows, block=RADIX_WG)
     # every pass launches: a row decided early (most are, by the key bits) skips the rest on
     # the device, so nothing is read back; the pass after the last collects the last winners
     for pass_ in range(passes + 1):
-        hist(p.data, st_key, st_lo, counts, *survivors, *cand, s(p.inner), s(p.n), s(p.k),
-             s(chunks), s(cap), np.int32(pass_), np.int32(vec), grid=p.rows * chunks, block=wg)
+        hist(data=p.data, **state, **pair_args("sv", survivors), **pair_args("cand", cand),
+             inner=s(p.inner), n=s(p.n), k=s(p.k), chunks=s(chunks), cap=s(cap),
+             pass_=np.int32(pass_), vec=np.int32(vec), grid=p.rows * chunks, block=wg)
         if pass_ < passes:
-            scan(st_key, st_lo, counts, np.int32(pass_), grid=p.rows, block=RADIX_WG)
+            scan(**state, pass_=np.int32(pass_), grid=p.rows, block=RADIX_WG)
     _sort_rows(ctx, p, cand, p.k, cand_sort, cand_blocks, merge, merge_emit)
 
 

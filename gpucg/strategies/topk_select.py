@@ -76,6 +76,11 @@ def problem(ctx) -> Problem | None:
                    np.dtype(f"u{np.dtype(data.dtype).itemsize}"))
 
 
+def pair_args(side: str, buffers) -> dict:
+    """(key, index) pair buffers as the kernels' ``<side>_key``, ``<side>_idx`` arguments."""
+    return dict(zip((f"{side}_key", f"{side}_idx"), buffers))
+
+
 def _rounds(ctx, kernels, lanes: int, per: int, units: int, with_units: bool) -> None:
     """Split each row over up to ``units`` segments of ``lanes`` work-items' lists (``per``
     segments a work-group), keep the best K of each as candidates, and again on the
@@ -90,16 +95,17 @@ def _rounds(ctx, kernels, lanes: int, per: int, units: int, with_units: bool) ->
     n_cur, pairs, last, part = p.n, (), emit, split
     while True:
         splits = max(1, min(ceil_div(units, p.rows), ceil_div(n_cur, lanes * chunk_items)))
-        more = (s(p.rows * splits),) if with_units else ()
+        more = {"units": s(p.rows * splits)} if with_units else {}
         grid = ceil_div(p.rows * splits, per)
+        src = dict(data=p.data, **pair_args("in", pairs), inner=s(p.inner), n=s(n_cur),
+                   n_data=s(p.n), **more)
         if splits == 1:
-            last(p.data, *pairs, p.values, p.indices, s(p.inner), s(n_cur), s(p.n), s(p.k), s(1),
-                 *more, grid=grid, block=wg)
+            last(**src, values=p.values, indices=p.indices, kout=s(p.k), splits=s(1), grid=grid,
+                 block=wg)
             return
         m = splits * kk
         out = (ctx.empty((p.rows * m,), p.ukey), ctx.empty((p.rows * m,), ctx.idx))
-        part(p.data, *pairs, *out, s(p.inner), s(n_cur), s(p.n), s(kk), s(splits), *more,
-             grid=grid, block=wg)
+        part(**src, **pair_args("out", out), kout=s(kk), splits=s(splits), grid=grid, block=wg)
         n_cur, pairs, last, part = m, out, emit_pairs, split_pairs
 
 

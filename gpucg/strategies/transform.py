@@ -224,7 +224,8 @@ def take_gpu(attrs, inputs, outputs, target):
 
 
 HOST = host_impl("numpy_transform", lambda ctx: get_op(ctx.info).reference(*ctx.inputs,
-                                                                            ctx.attrs))
+                                                                            ctx.attrs),
+                 strided=True)  # NumPy's slicing, indexing, concatenate read any strides
 
 
 def host(op: str):

@@ -73,6 +73,12 @@ class CompiledGraph:
         self._versions = {k: _version(args[k]) for k in self.frozen}
         self._binders = [(k, axis, sym) for k, name in reader.params.items()
                          for axis, sym in _symbols_of(g, name)]
+        unbound = sorted(set(g.symbols.values()) - {b[2] for b in self._binders}, key=str)
+        if unbound:
+            raise TorchGraphError(f"sizes {', '.join(map(str, unbound))} are no input's own "
+                                  "dimension (only parts of expressions): gpucg cannot read "
+                                  "them from the arguments; torch.compile(..., dynamic=False) "
+                                  "gives static sizes")
         return program
 
     def _fixed(self, args) -> dict:

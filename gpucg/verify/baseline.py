@@ -1,7 +1,7 @@
 """The checked-in figures every implementation is held to (tests/resources/FAMILY.json).
 
 * resources: for each operator's "bench" Cases, each implementation that applies on CUDA, its
-  default config, on sm_80 and sm_90: every kernel's registers, shared memory, stack, spills,
+  default config, on sm_80 and sm_90 (sm_90a for those that need it): every kernel's registers, shared memory, stack, spills,
   block, occupancy and whether the launch fits (ptxas through NVRTC).
 * traffic: for each operator's "small" Cases, the global memory bytes the implementation a GPU
   selects loads and stores on Oclgrind, beside the compulsory bytes.
@@ -26,24 +26,33 @@ from . import nvrtc
 from .resources import kernel_resources, launch_rows, record_launches
 
 ARCHS = ("sm_80", "sm_90")
+#: arch-specific targets whose own implementations (wgmma, setmaxnreg: sm_90a) are measured
+#: there only
+SPECIFIC_ARCHS = ("sm_90a",)
 #: a change may raise a kernel's registers by this fraction before the check fails
 REGISTER_SLACK = 0.10
 #: and an operator call's global memory traffic by this fraction
 TRAFFIC_SLACK = 0.01
 
 
-def bench_calls(ops=None):
-    """(op, case number, case, implementation short name) of every implementation that
-    applies on CUDA to each "bench" Case of each operator."""
+def bench_calls(ops=None, archs=ARCHS):
+    """(op, case number, case, implementation short name, archs) of every implementation that
+    applies on CUDA to each "bench" Case of each operator: on ``archs``, or where it applies
+    only on an arch-specific target (SPECIFIC_ARCHS), on that one."""
     from ..compiled import explain
     from ..op import get_op, list_ops
 
     for name in ops or list_ops():
         for i, case in enumerate(get_op(name).representative("bench")):
-            sel = explain(name, *case.inputs, target="cuda", records=False, **case.attrs)
-            for cand in sel.candidates:
-                if cand.verdict != "excluded":
-                    yield name, i, case, cand.name.rsplit(".", 1)[0]
+            seen = set()
+            for target, where in (("cuda", archs),
+                                  *((f"cuda -arch={a}", (a,)) for a in SPECIFIC_ARCHS)):
+                sel = explain(name, *case.inputs, target=target, records=False, **case.attrs)
+                for cand in sel.candidates:
+                    impl = cand.name.rsplit(".", 1)[0]
+                    if cand.verdict != "excluded" and impl not in seen:
+                        seen.add(impl)
+                        yield name, i, case, impl, where
 
 
 def row_key(op: str, case: int, row) -> str:
@@ -58,8 +67,8 @@ def collect_resources(ops=None, archs=ARCHS, workers: int = 2) -> list[tuple[str
     ``workers`` threads (NVRTC releases the GIL).
     """
     recorded = []
-    for name, i, case, impl in bench_calls(ops):
-        for arch in archs:
+    for name, i, case, impl, where in bench_calls(ops, archs):
+        for arch in where:
             compiled, launches = record_launches(name, case.inputs, f"cuda -arch={arch}", impl,
                                                  None, case.attrs)
             if compiled.selection.choices[0].impl.kernels:

@@ -31,6 +31,7 @@ from ..runtime.tensor_map import TensorMapArg
 from . import nvrtc
 from .occupancy import limits
 from .ptx import ptx_cluster, ptx_entry_layout, ptx_entry_params, ptx_static_shared  # noqa: F401
+from .ptx import ptx_warpgroups
 
 _PTRS = itertools.count(1 << 32, 1 << 20)
 
@@ -204,12 +205,13 @@ def check_tensor_map(where: str, p: Param, arg) -> None:
 
 
 def check_geometry(entry: str, arch: str, grid, block, shared_mem: int, allowed: int = 0,
-                   static: int = 0, cluster: tuple = ()) -> None:
+                   static: int = 0, cluster: tuple = (), warpgroups: bool = False) -> None:
     """LaunchCheckError unless grid, block and dynamic shared memory are within the device's
     limits: ``shared_mem`` within 48 KiB, or within ``allowed`` (the kernel's max dynamic
     shared memory attribute as set), and with ``static`` within the opt-in limit; a kernel
     of thread-block ``cluster`` dims only on an arch with clusters, its grid a multiple of
-    them."""
+    them; a kernel running ``warpgroups`` instructions (wgmma, setmaxnreg) in blocks of whole
+    warpgroups (128 threads)."""
     lim = limits(arch)
     if cluster:
         if not lim.native("clusters"):
@@ -224,6 +226,10 @@ def check_geometry(entry: str, arch: str, grid, block, shared_mem: int, allowed:
             if not 1 <= int(d) <= cap:
                 raise LaunchCheckError(f"{entry}: {what} {tuple(dims)} is outside 1..{caps}")
     threads = int(np.prod(block))
+    if warpgroups and threads % 128:
+        raise LaunchCheckError(f"{entry}: block of {threads} threads runs warpgroup "
+                               "instructions (wgmma, setmaxnreg): it must be whole warpgroups, "
+                               "a multiple of 128")
     if threads > lim.max_threads_per_block:
         raise LaunchCheckError(f"{entry}: block of {threads} threads exceeds "
                                f"{lim.max_threads_per_block}")
@@ -253,9 +259,9 @@ class Launch:
 
 class _Function:
     def __init__(self, module: "_Module", entry: str, params, static: int = 0,
-                 cluster: tuple = ()):
+                 cluster: tuple = (), warpgroups: bool = False):
         self.module, self.entry, self.params, self.static = module, entry, params, static
-        self.cluster = cluster
+        self.cluster, self.warpgroups = cluster, warpgroups
         self._max_dynamic = 0
 
     @property
@@ -286,7 +292,7 @@ class _Function:
                                     tuple(grid), tuple(block), tuple(args), shared_mem))
         if cupy.check:
             check_geometry(self.entry, cupy.arch, grid, block, shared_mem, self._max_dynamic,
-                           self.static, self.cluster)
+                           self.static, self.cluster, self.warpgroups)
             check_args(self.entry, self.params, args)
 
 
@@ -305,7 +311,8 @@ class _Module:
         if self.ptx is None:
             return _Function(self, entry, None)
         return _Function(self, entry, kernel_params(self.code, entry, self.ptx),
-                         ptx_static_shared(self.ptx), ptx_cluster(self.ptx, entry))
+                         ptx_static_shared(self.ptx), ptx_cluster(self.ptx, entry),
+                         ptx_warpgroups(self.ptx, entry))
 
 
 class _Event:
@@ -328,6 +335,11 @@ class StandInCupy:
     #: its arrays hold no memory, so bfloat16 and FP8 arrays stand in too (real CuPy has
     #: neither dtype): the launches of their kernels are checked like any other
     any_dtype = True
+    takes_tensor_map_args = True  # launches keep TensorMapArg; real CuPy gets its 128 bytes
+
+    def encode_tensor_map(self, t) -> TensorMapArg:
+        """``t`` as a launch argument (no driver: the map itself, checked at launch)."""
+        return TensorMapArg(t, np.zeros(1, np.dtype((np.void, 128)))[0])
 
     def __init__(self, arch: str = "sm_90", check: bool = True, device_count: int = 1,
                  name: str = "gpucg stand-in GPU"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from ..codegen.wgmma import required_arch  # noqa: F401  (re-exported: the pass and tests ask)
 from ..errors import BackendUnavailableError, CompileError
 from ..runtime.cache import DiskCache, cache_key
 

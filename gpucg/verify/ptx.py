@@ -1,5 +1,6 @@
 """What a kernel's PTX declares, read without a GPU: an entry's parameter types and their
-layout, the static shared memory of a module, the thread-block cluster an entry requires. The
+layout, the static shared memory of a module, the thread-block cluster an entry requires,
+whether it runs warpgroup instructions. The
 launch stand-in (gpucg.verify.cupy_standin) checks launches against them."""
 
 from __future__ import annotations
@@ -39,3 +40,18 @@ def ptx_cluster(ptx: str, entry: str) -> tuple:
     got = re.search(r"\.reqnctapercluster\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?",
                     m.group(1)) if m else None
     return tuple(int(v or 1) for v in got.groups()) if got else ()
+
+
+#: instructions executed by a whole warpgroup (4 warps): a block running them is whole
+#: warpgroups
+WARPGROUP_PTX = ("wgmma.", "setmaxnreg.")
+
+
+def ptx_warpgroups(ptx: str, entry: str) -> bool:
+    """Whether the body of ``.entry entry`` holds warpgroup instructions (wgmma, setmaxnreg)."""
+    m = re.search(rf"\.entry\s+{re.escape(entry)}\s*\(", ptx)
+    if m is None:
+        return False
+    end = ptx.find(".entry", m.end())
+    body = ptx[m.end():end if end >= 0 else len(ptx)]
+    return any(w in body for w in WARPGROUP_PTX)
