@@ -31,14 +31,11 @@ import gpucg.torch  # noqa: E402
 from gpucg import settings  # noqa: E402
 from gpucg.runtime import backend_status  # noqa: E402
 import model_zoo  # noqa: E402
+from conftest import backend_or_skip  # noqa: E402
 
 #: (batch, sequence) of the three calls (never 1: dynamo specializes a size of 1)
 SIZES = ((2, 5), (3, 7), (4, 6))
 MODELS = ("bert", "gpt2", "llama", "vit", "resnet18")
-
-
-def _exhaustive(request) -> bool:
-    return re.search(r"(?<!not )\bexhaustive\b", request.config.getoption("-m") or "") is not None
 
 
 def _compiled(module, target, **options):
@@ -204,9 +201,11 @@ class TwoLayers(torch.nn.Module):
         return self.head(self.ln(self.blocks(self.emb(ids))))
 
 
-def test_a_training_step_matches_eager_gradients(target, request):
-    if target == "opencl" and not _exhaustive(request):
-        pytest.skip("the training step runs on opencl with -m exhaustive")
+@pytest.mark.parametrize("target", ["numpy", pytest.param("opencl", marks=pytest.mark.exhaustive),
+                                    pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_training_step_matches_eager_gradients(target):
+    """numpy in the default tier; opencl with -m exhaustive, cuda with -m gpu."""
+    backend_or_skip(target)
     torch.manual_seed(0)
     model = TwoLayers()
     eager = copy.deepcopy(model)

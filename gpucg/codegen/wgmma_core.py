@@ -97,6 +97,12 @@ class WgmmaGemm:
         return wgmma_atom(self.kind, self.bn)
 
     @property
+    def promotes(self) -> bool:
+        """FP8: each k-tile's products go to a second set of accumulators, added to the float32
+        sums after every k-tile (4 k-steps; the FP8 tensor-core accumulator keeps fewer bits)."""
+        return self.kind in ("e4m3", "e5m2")
+
+    @property
     def consumers(self) -> int:
         return self.bm // 64
 
@@ -204,6 +210,9 @@ class WgmmaGemm:
             self.atom.check_majors(self.a_major, self.b_major)
         except DTypeError as exc:
             return str(exc)
+        if self.promotes and self.bn > 128:
+            return (f"bn={self.bn}: FP8 tiles keep two sets of accumulators (promotion), "
+                    "bn <= 128")
         if not 2 <= self.stages <= 8:
             return f"{self.stages} stages (2 to 8)"
         for op in (self.A, self.B):

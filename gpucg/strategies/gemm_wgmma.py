@@ -30,7 +30,7 @@ FEATURE = "wgmma"
 #: the default tiles of a GPU, largest first: (bm, bn); the first whose grid fills a wave
 GPU_TILES = ((128, 256), (128, 128), (64, 128), (64, 64))
 #: element bytes of each kind
-EB = {"f16": 2, "bf16": 2, "tf32": 4}
+EB = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
 #: merged batch dimensions a tensor map holds beside its two matrix dimensions
 MAX_BATCH_DIMS = 3
 
@@ -73,11 +73,14 @@ def why_short(core, smem_limit: int) -> str:
 
 
 def space(kind: str, a_k_major: bool, b_k_major: bool, out_bytes: int, smem_limit: int,
-          small: bool, fill=None) -> ConfigSpace:
+          small: bool, fill=None, bn_divides: int = 0) -> ConfigSpace:
     """bm (64: one consumer warpgroup, 128: two), bn (the wgmma N), ``stages`` of the TMA ring,
     ``raster`` tile rows a group walks, ``ctas`` work-groups (0: one a multiprocessor, the
-    persistent grid; n: at most n, the twin's tests walk several tiles a work-group)."""
+    persistent grid; n: at most n, the twin's tests walk several tiles a work-group).
+    ``bn_divides``: bn must divide it (a tile's columns in one block of FP8 scales)."""
     def why(c):
+        if bn_divides and bn_divides % c["bn"]:
+            return f"bn does not divide the scale blocks' {bn_divides} columns"
         return why_short(core_of(kind, c, a_k_major, b_k_major, out_bytes), smem_limit)
 
     if small:  # the twin: one consumer, a narrow tile (emulated warpgroups are slow); an
@@ -90,9 +93,13 @@ def space(kind: str, a_k_major: bool, b_k_major: bool, out_bytes: int, smem_limi
             rows, cols, sms = fill
             tiles = [t for t in tiles if -(-rows // t[0]) * -(-cols // t[1]) >= sms] or tiles[-1:]
         default = None
-        for stages in (5, 4, 3, 2):  # the deepest ring that fits
-            default = {"bm": tiles[0][0], "bn": tiles[0][1], "stages": stages, "raster": 8,
-                       "ctas": 0}
+        for bm, bn in tiles:  # the largest tile that fits, with the deepest ring
+            for stages in (5, 4, 3, 2):
+                c = {"bm": bm, "bn": bn, "stages": stages, "raster": 8, "ctas": 0}
+                default = default or c
+                if not why(c):
+                    default = c
+                    break
             if not why(default):
                 break
     knobs = {"bm": (64, 128), "bn": (32, 64, 128, 192, 256), "stages": (2, 3, 4, 5, 6),
