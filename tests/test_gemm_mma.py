@@ -222,7 +222,7 @@ def _cuda_sources():
     yield gpucg.compile("matmul", *t, target="cuda", impl="gemm_mma")
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.exhaustive), "sm_90"])
 def test_cuda_kernels_compile_without_spills(nvrtc_or_skip, arch):
     from gpucg.verify.resources import kernel_resources
 
