@@ -32,6 +32,14 @@ def _require(name: str) -> bool:
     return name in settings.required_backends()
 
 
+def exhaustive_selected(config) -> bool:
+    """Whether -m selects the exhaustive tier (the default -m is "not exhaustive"): fixtures
+    that cannot be marked (a module's shared data) widen their work by it."""
+    import re
+
+    return re.search(r"(?<!not )\bexhaustive\b", config.getoption("-m") or "") is not None
+
+
 def backend_or_skip(name: str):
     ok, _, reason = backend_status(name)
     if not ok:

@@ -280,7 +280,8 @@ def test_pyopencl_bfloat16_arrays():
 
 # -- CUDA and the optional dependency -----------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+# sm_80 with -m exhaustive (the session's NVRTC pass compiles every source for it)
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.exhaustive), "sm_90"])
 def test_cuda_kernels_compile_with_nvrtc(nvrtc_or_skip, arch):
     """One call of each family in bfloat16 (the CUDA implementation selection picks): NVRTC
     compiles it and the store is the one PTX instruction cvt.rn.bf16.f32. (Every CUDA source

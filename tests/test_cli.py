@@ -151,8 +151,12 @@ def _lowp_rows(out, cases):
     else:
         for precision in ("float16", "bfloat16", "tf32"):
             rows = [ln for ln in out.splitlines()
-                    if f"gpucg cuda {precision} [" in ln and NOT_MEASURED in ln]
-            assert len(rows) == cases and all(f"{NOT_MEASURED}: sm_90: " in ln for ln in rows)
+                    if f"gpucg cuda {precision} [" in ln and f"{NOT_MEASURED}: sm_90: " in ln]
+            assert len(rows) == cases
+            # sm_90a's plan where it differs (dense: gemm_wgmma; TF32 takes it for dense only)
+            hopper = [ln for ln in out.splitlines()
+                      if f"gpucg cuda {precision} [" in ln and f"{NOT_MEASURED}: sm_90a: " in ln]
+            assert all("wgmma" in ln for ln in hopper)
 
 
 def test_bench_dense_quick_has_reduced_precision_rows(capsys):
@@ -170,6 +174,9 @@ def test_bench_dense_fp8_rows(capsys):
     assert "gpucg numpy [numpy_dense_fp8.numpy]" in out and "TOO LARGE" not in out
     assert "torch._scaled_mm (cpu)" in out
     assert "gpucg cuda dense_fp8" in out and "square 1024" not in out
+    from gpucg.benchmarks.lowp import gpu_present
+
+    assert gpu_present() or "[fp8_wgmma.cuda]      not measured on a GPU: sm_90a: " in out
 
 
 def test_explain_conv2d_shows_the_winograd_guard(capsys):

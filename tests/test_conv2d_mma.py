@@ -243,7 +243,8 @@ def test_explain_on_the_command_line(dl):
 
 # -- the CUDA kernels without a GPU -------------------------------------------------------------
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+# sm_80 with -m exhaustive (the session's NVRTC pass compiles every source for it)
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.exhaustive), "sm_90"])
 def test_cuda_kernels_compile_without_spills(nvrtc_or_skip, arch):
     from gpucg.verify.resources import kernel_resources
 

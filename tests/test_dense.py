@@ -148,10 +148,13 @@ def _forced(op, arrays_, impl, config, **attrs):
 
 
 #: conflict_free: the conflict-free local layouts (padding / XOR swizzle, 128-bit fragment reads) or not
-TILES = [dict(bm=128, bn=128, bk=8, tm=8, tn=8, vw=4, double_buffer=True, conflict_free=True),
+#: (the two in the default tier take each knob both ways; the other two under -m exhaustive)
+TILES = [pytest.param(dict(bm=128, bn=128, bk=8, tm=8, tn=8, vw=4, double_buffer=True,
+                           conflict_free=True), marks=pytest.mark.exhaustive),
          dict(bm=64, bn=64, bk=16, tm=4, tn=4, vw=2, double_buffer=True, conflict_free=False),
          dict(bm=32, bn=64, bk=16, tm=2, tn=4, vw=2, double_buffer=False, conflict_free=True),
-         dict(bm=16, bn=32, bk=32, tm=1, tn=2, vw=1, double_buffer=True, conflict_free=True)]
+         pytest.param(dict(bm=16, bn=32, bk=32, tm=1, tn=2, vw=1, double_buffer=True,
+                           conflict_free=True), marks=pytest.mark.exhaustive)]
 
 
 @pytest.mark.parametrize("config", TILES, ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()))
@@ -174,8 +177,10 @@ def test_tile_knobs(config):
 
 
 @pytest.mark.parametrize("config", [dict(wg=64, k_slices=64, cols=8, vw=4, shuffle=False),
-                                    dict(wg=256, k_slices=32, cols=1, vw=2, shuffle=False),
-                                    dict(wg=128, k_slices=8, cols=2, vw=1, shuffle=False),
+                                    pytest.param(dict(wg=256, k_slices=32, cols=1, vw=2,
+                                                      shuffle=False), marks=pytest.mark.exhaustive),
+                                    pytest.param(dict(wg=128, k_slices=8, cols=2, vw=1,
+                                                      shuffle=False), marks=pytest.mark.exhaustive),
                                     # the slices added by warp shuffles (the OpenCL emulation):
                                     # two warps' sums through local memory, one warp's alone
                                     # (B along K), 2 slices 16 lanes apart then 4 warps (along P)

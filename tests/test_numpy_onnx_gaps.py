@@ -91,7 +91,9 @@ def _ints(shape, dtype, rng, ties):
     return x
 
 
-@pytest.mark.parametrize("dtype", INTS)
+#: the narrowest, widest and unsigned keys in the default tier, the rest with -m exhaustive
+@pytest.mark.parametrize("dtype", [d if d in ("int8", "uint8", "uint64") else
+                                   pytest.param(d, marks=pytest.mark.exhaustive) for d in INTS])
 def test_topk_sort_integer_dtypes(target, dtype):
     rng = np.random.default_rng(4)
     for shape, k in [((5, 300), 10), ((3, 2000), 150)]:

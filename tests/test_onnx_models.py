@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ import onnxruntime  # noqa: E402
 
 import gpucg.onnx  # noqa: E402
 import model_zoo  # noqa: E402
+from conftest import exhaustive_selected  # noqa: E402
 
 #: the issue's models, in the default tier; the rest of model_zoo.BUILDERS is exhaustive
 REQUIRED = ("bert", "gpt2_past", "llama", "vit", "mobilenet_v3", "swin")
@@ -79,17 +79,13 @@ def check(exported, name, way, target):
 @pytest.mark.parametrize("name", REQUIRED)
 def test_model_equals_onnxruntime_at_two_sizes_through_one_compile(name, way, target,
                                                                     exported, request):
-    if ONE_WAY.get(name, way) != way and not _exhaustive(request):
+    if ONE_WAY.get(name, way) != way and not exhaustive_selected(request.config):
         pytest.skip(f"{name} runs its {way} export with -m exhaustive")
-    if target == "opencl" and way == "dynamo" and not _exhaustive(request):
+    if target == "opencl" and way == "dynamo" and not exhaustive_selected(request.config):
         pytest.skip("opencl runs the dynamo exports with -m exhaustive (the torchscript "
                     "exports run the same operators on opencl in the default tier)")
     check(exported, name, way, target)
 
-
-def _exhaustive(request) -> bool:
-    """Whether -m selects the exhaustive tier (the default -m is "not exhaustive")."""
-    return re.search(r"(?<!not )\bexhaustive\b", request.config.getoption("-m") or "") is not None
 
 
 @pytest.mark.exhaustive

@@ -1,6 +1,6 @@
 """Resources and occupancy from ptxas, with no GPU: the calculator against hand-worked figures,
 ptxas's report, and every default config of every implementation of every operator (its
-"bench" Cases) on sm_80 and sm_90: the launch fits, no undeclared spills or occupancy below
+"bench" Cases) on sm_90 (and sm_80 with -m exhaustive): the launch fits, no undeclared spills or occupancy below
 25%, and nothing worse than the checked-in tests/resources/FAMILY.json.
 """
 
@@ -17,8 +17,9 @@ from gpucg import cli
 from gpucg.space import ConfigSpace
 from gpucg.verify import nvrtc, resources as res
 from gpucg.builtin import families
-from gpucg.verify.baseline import (compare_resources, collect_resources, family_of, load,
+from gpucg.verify.baseline import (ARCHS, compare_resources, collect_resources, family_of, load,
                                    REGISTER_SLACK)
+from conftest import exhaustive_selected
 from gpucg.verify.occupancy import limits, max_block, occupancy
 
 BASELINE = Path(__file__).parent / "resources"  # one file per operator family
@@ -86,11 +87,13 @@ def test_ptxas_measures_a_kernel(nvrtc_or_skip):
 
 
 @pytest.fixture(scope="module")
-def bench_rows():
+def bench_rows(request):
+    """sm_90's rows in the default tier, sm_80's too with -m exhaustive (tests/test_tile_layer.py
+    holds sm_80's tensor-core kernels to their figures in the default tier)."""
     ok, why = nvrtc.available()
     if not ok:
         pytest.skip(why)
-    return collect_resources()
+    return collect_resources(archs=ARCHS if exhaustive_selected(request.config) else ("sm_90",))
 
 
 def test_every_default_config_fits_without_undeclared_spills(nvrtc_or_skip, bench_rows):

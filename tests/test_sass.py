@@ -12,7 +12,9 @@ import gpucg
 from gpucg.errors import BackendUnavailableError
 from gpucg.verify import resources as res, sass
 
-ARCHS = ("sm_80", "sm_90")
+#: sm_90 in the default tier, sm_80 with -m exhaustive (tests/test_tile_layer.py holds the
+#: Ampere tensor-core loops on sm_80 in the default tier)
+ARCHS = (pytest.param("sm_80", marks=pytest.mark.exhaustive), "sm_90")
 
 
 def mixes(op, *types, impl, arch, **attrs):
@@ -113,8 +115,9 @@ def _mma(op, *types, **attrs):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("dtype,attrs", [("float16", {}), ("bfloat16", {}),
-                                         ("float32", {"allow_tf32": True})])
+@pytest.mark.parametrize("dtype,attrs", [  # bfloat16: float16's kernel but for the mma's type
+    ("float16", {}), pytest.param("bfloat16", {}, marks=pytest.mark.exhaustive),
+    ("float32", {"allow_tf32": True})])
 def test_tensor_core_gemm_holds_hmma_ldsm_ldgsts(sass_or_skip, arch, dtype, attrs):
     if dtype == "bfloat16":
         pytest.importorskip("ml_dtypes")
@@ -167,7 +170,8 @@ def test_reductions_and_scans_shuffle(sass_or_skip, arch, op, shapes, attrs, imp
 
 #: conv2d's tensor-core kernels: (dtype, data layout, kernel layout, attrs)
 CONV_MMA = [("float16", "NCHW", "OIHW", {}), ("float16", "NHWC", "HWIO", {}),
-            ("bfloat16", "NHWC", "OIHW", {}), ("float32", "NHWC", "HWIO", {"allow_tf32": True})]
+            pytest.param("bfloat16", "NHWC", "OIHW", {}, marks=pytest.mark.exhaustive),
+            ("float32", "NHWC", "HWIO", {"allow_tf32": True})]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -249,7 +253,8 @@ def test_radix_select_reads_128_bits_and_scans_by_shuffles(sass_or_skip, arch):
 
 #: attention's tensor-core forward (flash_mma) as selected on CUDA for prefill: (dtype, D, attrs)
 FLASH = [("float16", 64, {"causal": True}), ("float16", 128, {}),
-         ("bfloat16", 80, {"layout": "BSHD"}), ("float32", 128, {"allow_tf32": True})]
+         pytest.param("bfloat16", 80, {"layout": "BSHD"}, marks=pytest.mark.exhaustive),
+         ("float32", 128, {"allow_tf32": True})]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -210,11 +210,11 @@ def test_host_erf_float32_is_float32_accurate():
     np.testing.assert_allclose(gpucg.ops.gelu(x, target="numpy"), want, rtol=2.5e-7, atol=0)
 
 
-@pytest.mark.parametrize("activation", ("gelu", "silu"))
+@pytest.mark.parametrize("activation", ("gelu", "silu", "hardswish"))
 def test_host_in_place_activation_equals_the_operator(monkeypatch, activation):
     """The GEMM and conv2d epilogues' in-place float32 activations, block by block (small
     blocks and a ragged last one here), give the operator's values (one whole block for gelu,
-    the operator's formula for silu) bit for bit, special values included."""
+    the operator's formula for silu and hardswish) bit for bit, special values included."""
     from gpucg.ops import _unary
 
     x = np.concatenate([np.linspace(-12, 12, 50), [0.0, -0.0, np.inf, -np.inf, np.nan]])

@@ -98,6 +98,13 @@ def print_rows(args, targets, rng, results) -> bool:
         if not gpu_present():
             gpu_rows = [(label, f"{NOT_MEASURED} (no CUDA GPU here)") for label in
                         ("torch._scaled_mm (cuda, cuBLASLt)", "gpucg cuda dense_fp8")]
+            for arch in ("sm_90", "sm_90a"):
+                c = gpucg.compile("dense_fp8", *(gpucg.tensor(a.shape, a.dtype.name)
+                                                 for a in (x, w, xs, ws)),
+                                  target=f"cuda -arch={arch}", records=False,
+                                  out_dtype="float32", block_size=block).selection.choices[0]
+                gpu_rows.append((f"gpucg cuda dense_fp8 [{c.impl.name}]",
+                                 f"{NOT_MEASURED}: {arch}: {c.config.short()}"))
         for label, why in gpu_rows:
             print(f"  {label:<42} {why}")
             results.append({"case": name, "impl": label, "skipped": why})

@@ -1,6 +1,7 @@
 """The reduced-precision rows of the GEMM-shaped benchmarks (dense, conv2d): float16, bfloat16
 and TF32, cuBLAS / cuDNN through torch beside gpucg's CUDA kernels. They need a CUDA GPU; with
-none, each case says "not measured on a GPU" (the tensor-core goals are GPU figures).
+none, each case says "not measured on a GPU" (the tensor-core goals are GPU figures) and names
+the kernel an H100 would run (sm_90; and sm_90a's where it differs: gemm_wgmma).
 
 bfloat16 rows run where both torch and gpucg know the dtype, TF32 rows where the operator
 takes ``allow_tf32``; otherwise the row names what is missing.
@@ -18,6 +19,8 @@ from .common import torch_cuda_time, torch_or_none
 
 PRECISIONS = ("float16", "bfloat16", "tf32")
 NOT_MEASURED = "not measured on a GPU"
+#: the arch-specific target whose plan is shown too where it picks another kernel
+HOPPER_TARGET = "cuda -arch=sm_90a"
 
 
 def gpu_present() -> bool:
@@ -83,9 +86,14 @@ def print_rows(case, op, arrays, attrs, want, peer, repeat, work, results) -> No
     if not gpu_present():
         for precision in PRECISIONS:
             label, plan = planned(precision, op, arrays, attrs)
-            print(f"  {label:<42} {NOT_MEASURED}: {plan}")
-            results.append({"case": case, "impl": label, "skipped": NOT_MEASURED,
-                            "plan": plan})
+            rows = [(label, plan)]
+            hopper = planned(precision, op, arrays, attrs, HOPPER_TARGET)
+            if hopper[0] != label:  # an implementation of Hopper's own instructions (wgmma)
+                rows.append(hopper)
+            for label, plan in rows:
+                print(f"  {label:<42} {NOT_MEASURED}: {plan}")
+                results.append({"case": case, "impl": label, "skipped": NOT_MEASURED,
+                                "plan": plan})
         return
     for precision in PRECISIONS:
         rows = _torch_rows(precision, peer, arrays, repeat)

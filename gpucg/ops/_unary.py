@@ -90,8 +90,26 @@ def silu_in_place(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def hardswish_in_place(x: np.ndarray) -> np.ndarray:
+    """hardswish of a contiguous float array written over it, as the operator computes it
+    (x * clip(x + 3, 0, 6) / 6, the same roundings), a block at a time through one scratch
+    block."""
+    flat = x.reshape(-1)
+    scratch = np.empty(min(flat.size, _GELU_BLOCK), flat.dtype)
+    three, zero, six = (flat.dtype.type(v) for v in (3, 0, 6))
+    with np.errstate(all="ignore"):  # -inf * 0 is NaN, as the operator says
+        for i in range(0, flat.size, _GELU_BLOCK):
+            xb = flat[i:i + _GELU_BLOCK]
+            t = scratch[:xb.size]
+            np.add(xb, three, out=t)
+            np.clip(t, zero, six, out=t)
+            np.multiply(xb, t, out=t)
+            np.divide(t, six, out=xb)
+    return x
+
+
 #: activations with an in-place NumPy form on a contiguous float32 array (the epilogue's)
-IN_PLACE = {"gelu": gelu_in_place, "silu": silu_in_place}
+IN_PLACE = {"gelu": gelu_in_place, "silu": silu_in_place, "hardswish": hardswish_in_place}
 
 
 def _gelu_c(x, lit, attrs):

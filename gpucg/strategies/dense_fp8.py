@@ -31,11 +31,15 @@ from . import gemm_mma, gemm_wgmma
 from .gemm_tile import fill_device, gemm_space, sm_count, vector_needs, work_group
 
 
-def _run(ctx, gemm) -> None:
+def _operands(ctx):
+    """(x, w, the scales and bias, y, m, n, k) of a call: x's leading dimensions are rows."""
     x, w, *rest = ctx.inputs
-    y = ctx.outputs[0]
     k, n = int(x.shape[-1]), int(w.shape[0])
-    m = int(np.prod(x.shape[:-1], dtype=np.int64))
+    return x, w, rest, ctx.outputs[0], int(np.prod(x.shape[:-1], dtype=np.int64)), n, k
+
+
+def _run(ctx, gemm) -> None:
+    x, w, rest, y, m, n, k = _operands(ctx)
     if not m or not n:
         return
     c, s = ctx.config, ctx.size
@@ -55,10 +59,7 @@ MIN_ROWS = 16
 
 
 def _wgmma_run(ctx, gemm) -> None:
-    x, w, *rest = ctx.inputs
-    y = ctx.outputs[0]
-    k, n = int(x.shape[-1]), int(w.shape[0])
-    m = int(np.prod(x.shape[:-1], dtype=np.int64))
+    x, w, rest, y, m, n, k = _operands(ctx)
     if not m or not n:
         return
     c, f, be = ctx.config, ctx.fixed, ctx.backend

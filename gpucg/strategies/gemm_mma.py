@@ -37,13 +37,18 @@ FEATURES = {"f16": MMA_F16, "bf16": MMA_BF16, "tf32": MMA_TF32}
 def tensor_cores(target, kind: str):
     """(twin, reason): whether ``target`` runs ``kind``'s mma.sync as the OpenCL twin's
     emulation (True) or as the instruction (False), or (None, why it has neither)."""
+    return feature_support(target, FEATURES[kind], "tensor cores")
+
+
+def feature_support(target, feature: str, what: str):
+    """(twin, reason) of a capability ``feature``: native (False, ""), emulated by the OpenCL
+    twin (True, ""), or neither (None, the capability record's reason, then ``what``)."""
     caps = target.capabilities
-    feature = FEATURES[kind]
     if caps.native(feature):
         return False, ""
     if caps.supports(feature):
         return True, ""
-    return None, f"{caps.why_not(feature)} (tensor cores)"
+    return None, f"{caps.why_not(feature)} ({what})"
 
 
 def mma_kind(dtype: str, allow_tf32: bool, a_k_major: bool, b_k_major: bool):
@@ -92,13 +97,21 @@ def why_not(core, smem_limit: int) -> str:
     return ""
 
 
-def why_short(core, smem_limit: int) -> str:
-    """:func:`why_not` as the reason a space counts configs by (the limit, not the figure)."""
-    why = core.why_not()
-    if why:
+def geometry_short(core, smem_limit: int) -> str:
+    """A core's geometry (``core.why_not()``) or shared memory (``core.smem_bytes``) as the
+    reason a space counts configs by ("" when both hold)."""
+    if core.why_not():
         return "tile geometry"
     if core.smem_bytes > smem_limit:
         return f"shared memory over {smem_limit // 1024} KiB"
+    return ""
+
+
+def why_short(core, smem_limit: int) -> str:
+    """:func:`why_not` as the reason a space counts configs by (the limit, not the figure)."""
+    why = geometry_short(core, smem_limit)
+    if why:
+        return why
     if regs(core) > REGS_MAX or regs(core) * core.nt > 64 * 1024:
         return f"over {REGS_MAX} registers a thread (estimate)"
     return ""

@@ -38,12 +38,7 @@ MAX_BATCH_DIMS = 3
 def supported(target):
     """(twin, reason): whether ``target`` runs wgmma as the OpenCL twin (True) or as the
     instruction (False), or (None, why it has neither)."""
-    caps = target.capabilities
-    if caps.native(FEATURE):
-        return False, ""
-    if caps.supports(FEATURE):
-        return True, ""
-    return None, f"{caps.why_not(FEATURE)} (wgmma, sm_90a)"
+    return gemm_mma.feature_support(target, FEATURE, "wgmma, sm_90a")
 
 
 def wgmma_kind(dtype: str, allow_tf32: bool, a_k_major: bool, b_k_major: bool):
@@ -63,13 +58,7 @@ def core_of(kind: str, c, a_k_major: bool, b_k_major: bool, out_bytes: int):
                       "K" if b_k_major else "MN", out_bytes)
 
 
-def why_short(core, smem_limit: int) -> str:
-    why = core.why_not()
-    if why:
-        return "tile geometry"
-    if core.smem_bytes > smem_limit:
-        return f"shared memory over {smem_limit // 1024} KiB"
-    return ""
+why_short = gemm_mma.geometry_short
 
 
 def space(kind: str, a_k_major: bool, b_k_major: bool, out_bytes: int, smem_limit: int,
