@@ -197,10 +197,20 @@ def test_cuda_launches_check_the_pointers(nvrtc_or_skip):
 LONGEST_HELD_ROW = 4096
 
 
+def _row_bytes(key: str) -> int:
+    """One element of each row a traffic key's case reduces ("op|small i|impl"): rows * itemsize."""
+    op, case, _ = key.split("|", 2)
+    kind, i = case.split()
+    c = gpucg.get_op(op).representative(kind)[int(i)]
+    x = c.inputs[0]
+    return int(np.prod(x.shape)) // x.shape[c.attrs.get("axis", -1)] * np.dtype(x.dtype).itemsize
+
+
 def test_norm_traffic_figures():
     """The checked-in Oclgrind traffic of the norms (tests/resources/norm.json, regenerated
     with their vector configs): rows one warp or work-group holds at most 1.1x the compulsory
-    bytes; rows split over work-groups and non-last axes at most 1.5x, every op."""
+    bytes; rows split over work-groups and non-last axes at most 1.5x, every op (layer_norm's
+    with one element a row more: its shift)."""
     figures = json.loads((Path(__file__).parent / "resources" / "norm.json").read_text())["traffic"]
     held = {k: v for k, v in figures.items() if "norm_warp" in k or "norm_group" in k}
     assert len(held) >= 8
@@ -216,7 +226,10 @@ def test_norm_traffic_figures():
         (op, impl) for op in ("softmax", "log_softmax", "layer_norm", "rms_norm")
         for impl in ("norm_split", "norm_cols")}
     for key, f in spread.items():
-        assert f["ratio"] <= 1.5 and (f["loaded"] + f["stored"]) <= 1.5 * f["compulsory"], (key, f)
+        # layer_norm's shifted sums read each row's first element once more, as the shift K
+        # (templates/norm/_gather.j2): one element a row beyond the two passes
+        shift = _row_bytes(key) if key.startswith("layer_norm") else 0
+        assert f["loaded"] + f["stored"] <= 1.5 * f["compulsory"] + shift, (key, f, shift)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
