@@ -67,14 +67,23 @@ CUDA_SYNC = MemSync(fence="__threadfence();", load_fmt="(*(volatile unsigned int
                     pair_load_fmt="{{\n    const unsigned long long gpucg_pair = *(volatile unsigned "
                                   "long long*)({ptr});\n    {flag} = (unsigned int)(gpucg_pair >> 32);"
                                   "\n    {value} = (unsigned int)gpucg_pair;\n}}")
+#: OpenCL's pair is two 32-bit words, not one atomic word: a tile publishes its aggregate (flag
+#: 1) and later its inclusive prefix (flag 2) in the same value word, so the flag is cleared
+#: before the value changes and a reader takes the pair only when the flag read after the
+#: value is the one read before it (else "nothing yet": the look-back waits and reads again);
+#: without that a reader could pair flag 1 with the inclusive prefix and count it twice.
 #: vstoreN, not a store through a vector pointer: Oclgrind's counter takes each element put
 #: into a vector variable for a global store, and counts a vstoreN call's bytes once
 OPENCL_SYNC = MemSync(fence="mem_fence(CLK_GLOBAL_MEM_FENCE);", load_fmt="atomic_or({ptr}, 0u)",
                       store_fmt="atomic_xchg({ptr}, {value})",
                       vector_store_fmt="vstore{n}(({vt}{n})({values}), 0, {ptr});",
-                      pair_store_fmt="atomic_xchg({ptr}, {value});\n"
+                      pair_store_fmt="atomic_xchg({ptr} + 1, 0u);\n"
+                                     "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
+                                     "atomic_xchg({ptr}, {value});\n"
                                      "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
                                      "atomic_xchg({ptr} + 1, {flag});",
                       pair_load_fmt="{flag} = atomic_or({ptr} + 1, 0u);\n"
                                     "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
-                                    "{value} = atomic_or({ptr}, 0u);")
+                                    "{value} = atomic_or({ptr}, 0u);\n"
+                                    "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
+                                    "if (atomic_or({ptr} + 1, 0u) != {flag}) {flag} = 0u;")
