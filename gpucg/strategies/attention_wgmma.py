@@ -143,6 +143,21 @@ class FlashWgmma:
         lbo, sbo = op.strides
         return hl.descriptor(start, lbo, sbo, SWIZZLE, u64=d.utype(64), suffix=d.u64_suffix)
 
+    def kstep(self, op: Operand, var: str) -> str:
+        """The C byte offset in ``op``'s tile of k-step ``var``'s descriptor start (16 of K a
+        step; a K-major tile steps 32 bytes within a 128-byte row, then to the next slab),
+        checked against hopper_layouts' tile for every step."""
+        steps, per = op.bk // 16, SWIZZLE // (16 * self.eb)
+        step = op.k_start(16)
+        if op.major == "MN" or steps <= per:
+            expr, at = f"({var} * {step})", [i * step for i in range(steps)]
+        else:
+            slab = op.k_start(16 * per)
+            expr = f"(({var} >> 2) * {slab} + ({var} & 3) * {step})"
+            at = [i // per * slab + i % per * step for i in range(steps)]
+        assert at == [op.k_start(16 * i) for i in range(steps)], op
+        return expr
+
     def why_not(self, limit: int) -> str:
         if self.d not in HEAD_DIMS:
             return f"head dim D={self.d} is not one of {HEAD_DIMS} (the tiles built)"
