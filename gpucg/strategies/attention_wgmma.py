@@ -185,12 +185,12 @@ def config_geometry(p) -> FlashWgmma:
 def space(kind: str, d: int, small: bool, limit: int) -> ConfigSpace:
     """consumers (warpgroups of 64 query rows), bkv (keys a tile), stages of the ring. The GPU's
     default: two consumers, 128 keys, the deepest ring up to 3 that fits (2 at D = 128 f16:
-    over 128 KiB); the twin's: one consumer, 64 keys, 2 stages (emulated warpgroups are slow;
-    32 keys fit Oclgrind's 48 KiB of local memory beside the emulation's scratch)."""
+    over 128 KiB); the twin's: one consumer, 32 keys, 2 stages (emulated warpgroups are slow;
+    at D = 64 that fits Oclgrind's 48 KiB of local memory beside the emulation's scratch)."""
     def why(c):
         return geometry(kind, d, c["consumers"], c["bkv"], c["stages"]).why_not(limit)
 
-    default = {"consumers": 1, "bkv": 64, "stages": 2}
+    default = {"consumers": 1, "bkv": 32, "stages": 2}
     if not small:
         default = {"consumers": 2, "bkv": 128, "stages": 2}
         for st in (3,) if d <= 64 else ():
