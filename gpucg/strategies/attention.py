@@ -63,14 +63,8 @@ def _simt_run(ctx, main):
         return
     s, wg = ctx.size, ctx.config["wg"]
     qtiles = ceil_div(sq, wg)
-    main(**named(arrays, mstr), **_slopes(ctx), **outputs(ctx), **heads(ctx, hq, hkv, sq, skv),
+    main(**named(arrays, mstr), **attention_decode.slopes_arg(ctx, ctx.info.slopes), **outputs(ctx), **heads(ctx, hq, hkv, sq, skv),
          qtiles=s(qtiles), grid=b * hq * qtiles, block=wg)
-
-
-def _slopes(ctx) -> dict:
-    """The ALiBi slopes argument on the backend, if the call has them."""
-    slopes = ctx.info.slopes
-    return {} if slopes is None else {"slopes": attention_decode.slopes_on(ctx, slopes)}
 
 
 def splits_for(work: int, skv: int, bk: int, sms: int) -> tuple[int, int]:
@@ -90,7 +84,7 @@ def _split_run(ctx, part, combine):
     splits, chunk = splits_for(b * hq * qtiles, skv, ctx.config["bk"], ctx.info.sms)
     rows = b * hq * sq
     po, pl = ctx.empty((rows * splits * d,), np.float32), ctx.empty((rows * splits,), np.float32)
-    part(**named(arrays, mstr), **_slopes(ctx), po=po, pl=pl, splits=s(splits), chunk=s(chunk),
+    part(**named(arrays, mstr), **attention_decode.slopes_arg(ctx, ctx.info.slopes), po=po, pl=pl, splits=s(splits), chunk=s(chunk),
          **heads(ctx, hq, hkv, sq, skv), qtiles=s(qtiles), grid=b * hq * qtiles * splits, block=wg)
     cwg = ctx.config["combine_wg"]
     combine(po=po, pl=pl, **outputs(ctx), splits=s(splits), hq=s(hq), sq=s(sq), total=s(rows * d),
