@@ -131,10 +131,11 @@ PORTABLE_LOCAL_BYTES = ARCHS["sm_80"].smem_static_max
 #: the OpenCL targets: the CUDA kernels' twins emulate the warp operations for 32 work-items,
 #: and Hopper's warpgroup, TMA and mbarrier operations (gpucg/codegen/hopper_twin.py)
 _TWIN = frozenset(AMPERE | {"wgmma", "tma", "mbarrier", "setmaxnreg"})
+#: "simd": the language's vector arithmetic in a work-item (float8 compares and selects)
 OPENCL_GPU = Capabilities("opencl-gpu", 2048, 32, PORTABLE_LOCAL_BYTES, PORTABLE_LOCAL_BYTES,
-                          emulated=_TWIN, smem_static_max=PORTABLE_LOCAL_BYTES, vendor="")
+                          frozenset({"simd"}), emulated=_TWIN, smem_static_max=PORTABLE_LOCAL_BYTES, vendor="")
 OPENCL_CPU = Capabilities("opencl-cpu", 2048, 32, PORTABLE_LOCAL_BYTES, PORTABLE_LOCAL_BYTES,
-                          emulated=_TWIN, smem_static_max=PORTABLE_LOCAL_BYTES, vendor="")
+                          frozenset({"simd"}), emulated=_TWIN, smem_static_max=PORTABLE_LOCAL_BYTES, vendor="")
 #: the NumPy target runs no kernels
 HOST = Capabilities("host", 1, 1, 0, 0, sm_count=1, smem_static_max=0, vendor="")
 

@@ -338,7 +338,7 @@ def test_lookback_kernels_on_the_gpu_path():
 def test_single_pass_traffic_is_the_compulsory_bytes():
     """The checked-in Oclgrind figures (tests/test_oclgrind.py holds them to the simulator)
     of what a GPU selects for a 1-D scan of several tiles, long rows and long columns: the
-    look-back scans, at most 1.11x the bytes of one read and one write, status included
+    look-back scans, at most 1.1x the bytes of one read and one write, status included
     (the multi-pass scans they replace moved 1.51-1.58x on these cases); and every other
     scan figure too (columns of one chunk take no status: the (2, 7, 3) case moved 1.107x
     with its flags)."""
@@ -355,7 +355,7 @@ def test_single_pass_traffic_is_the_compulsory_bytes():
                 assert f"{op}|small {i}|{labels[case.label]}.opencl" in figures, (op, case.label)
     assert len(figures) >= 2 * len(cases)
     for key, got in figures.items():
-        # 1.11: OpenCL's status pair is two 32-bit words, its flag cleared before the value
-        # changes and read again after it (codegen/memsync.py), 1.108x on the long columns
+        # OpenCL's status pair is two 32-bit words, its flag cleared before a replacing
+        # value and read again after it (codegen/memsync.py): 1.099x on the long columns
         # (CUDA's one 64-bit word moves less)
-        assert got["loaded"] + got["stored"] <= 1.11 * got["compulsory"], (key, got)
+        assert got["loaded"] + got["stored"] <= 1.1 * got["compulsory"], (key, got)

@@ -13,6 +13,7 @@ from . import fp8 as _fp8
 from . import half_fns as _half
 from . import vector as _vec
 from .shuffle import SHFL_WORDS
+from .simd import CUDA_SIMD, OPENCL_SIMD
 from .dynamic_local import CUDA_DYNAMIC, OPENCL_DYNAMIC
 from .memsync import CUDA_SYNC, OPENCL_SYNC
 from .hopper_ops import CUDA_HOPPER
@@ -68,6 +69,7 @@ class Dialect:
     local_ptr: str = ""
     #: 16-byte vector types (gpucg/codegen/vector.py)
     vector: object = None
+    simd: object = None  # vector arithmetic in a work-item (codegen/simd.py)
     #: synchronization between work-groups (gpucg/codegen/memsync.py): fence, flag load/store
     sync: object = None
     dynamic: object = None  # the dynamic local buffer's spellings (codegen/dynamic_local.py)
@@ -350,6 +352,7 @@ CUDA = Dialect(
     tile=CUDA_TILE,
     hopper=CUDA_HOPPER,
     vector=_vec.CUDA_VECTORS,
+    simd=CUDA_SIMD,
 )
 
 OPENCL = Dialect(
@@ -381,6 +384,7 @@ OPENCL = Dialect(
     tile=OPENCL_TILE,
     hopper=OPENCL_HOPPER,
     vector=_vec.OPENCL_VECTORS,
+    simd=OPENCL_SIMD,
 )
 
 _DIALECTS = {"cuda": CUDA, "opencl": OPENCL}

@@ -19,6 +19,8 @@ Swizzles act on shared-memory *byte addresses*: a ``S``-byte swizzle (S = 32, 64
 from __future__ import annotations
 
 from ..errors import InputError
+from .ix import Ix
+from .mma_atom import ATOMS
 
 #: swizzle spans in bytes (0: none), and each one's 2-bit code in a wgmma descriptor
 SWIZZLES = (0, 32, 64, 128)
@@ -213,19 +215,17 @@ def _check_n(n: int) -> None:
 
 def accumulator(n: int, thread, index: int):
     """(row, col) of accumulator element ``index`` (0 <= index < n / 2) of warpgroup thread
-    ``thread`` for wgmma m64nNk*: warp w holds rows 16w..16w+15; per 8 columns j a lane
-    holds (lane/4, 2(lane%4)) and the next column, then the same 8 rows down. (An f16
-    accumulator packs elements 2i, 2i+1 in register i.)"""
+    ``thread`` for wgmma m64nNk*: warp w holds rows 16w..16w+15, and per 8 columns j elements
+    4j..4j+3 are mma.sync's m16n8 C fragment (gpucg.codegen.mma_atom: a lane holds (lane/4,
+    2(lane%4)) and the next column, then the same 8 rows down). (An f16 accumulator packs
+    elements 2i, 2i+1 in register i.)"""
     _check_n(n)
     if not 0 <= index < n // 2:
         raise InputError(f"accumulator index={index} must be in [0, {n // 2}) for N={n}")
-    j, half, c = index // 4, (index // 2) % 2, index % 2
-    if _is_int(thread):
-        warp, lane = thread // 32, thread % 32
-        return 16 * warp + 8 * half + lane // 4, 8 * j + 2 * (lane % 4) + c
-    t = _p(thread)
-    return (f"((({t} >> 5) << 4) + {8 * half} + (({t} & 31) >> 2))",
-            f"({8 * j + c} + (({t} & 3) << 1))")
+    t = Ix(thread) if isinstance(thread, str) else thread
+    row, col = ATOMS["f16"].c(t & 31, index % 4)
+    row, col = 16 * (t >> 5) + row, 8 * (index // 4) + col
+    return (row, col) if _is_int(thread) else (str(row), str(col))
 
 
 def accumulator_owner(n: int, row: int, col: int) -> tuple[int, int]:
@@ -240,20 +240,13 @@ def accumulator_owner(n: int, row: int, col: int) -> tuple[int, int]:
 
 def a_fragment(kind: str, thread: int, index: int) -> tuple[int, int]:
     """(row, col) of element ``index`` of the A fragment thread ``thread`` holds when A comes
-    from registers (wgmma m64nNkK, K = WGMMA_K[kind]): per warp the m16 x K layout of
-    mma.sync's A, rows 16w.. for warp w. f16/bf16: 8 elements in 4 registers; tf32: 4;
-    e4m3/e5m2: 16 (four bytes a register)."""
+    from registers (wgmma m64nNkK, K = WGMMA_K[kind]): per warp mma.sync's m16 x K A
+    fragment (gpucg.codegen.mma_atom's map), rows 16w.. for warp w. f16/bf16: 8 elements
+    in 4 registers; tf32: 4; e4m3/e5m2: 16 (four bytes a register)."""
     if kind not in WGMMA_K:
         raise InputError(f"kind={kind!r} is not allowed; allowed: {', '.join(WGMMA_K)}")
     per = WGMMA_K[kind] // 2
     if not 0 <= index < per:
         raise InputError(f"index={index} must be in [0, {per}) for {kind}")
-    warp, lane = thread // 32, thread % 32
-    g, t = lane // 4, lane % 4
-    if kind == "tf32":
-        row, col = g + 8 * (index % 2), t + 4 * (index // 2)
-    else:
-        pack = 4 if kind in ("e4m3", "e5m2") else 2  # elements a 32-bit register holds
-        row = g + 8 * ((index // pack) % 2)
-        col = pack * t + index % pack + 4 * pack * (index // (2 * pack))
-    return 16 * warp + row, col
+    row, col = ATOMS[kind].a(thread % 32, index)
+    return 16 * (thread // 32) + row, col

@@ -32,6 +32,10 @@ class MemSync:
     #: corrupts its heap counting a kernel's 64-bit atomic exchanges and loads
     pair_store_fmt: str = ""
     pair_load_fmt: str = ""
+    #: statements before ``pair_store_fmt`` when the pair replaces one published before (a
+    #: tile's inclusive prefix over its aggregate): OpenCL clears the flag first, so no reader
+    #: pairs the old flag with the new value. A first publish finds the flag 0 and skips them
+    pair_replace_fmt: str = ""
 
     def load(self, ptr: str) -> str:
         """The global 32-bit unsigned int at ``ptr``, read past any cache (another group's flag)."""
@@ -41,10 +45,12 @@ class MemSync:
         """Atomically store ``value`` in the global 32-bit unsigned int at ``ptr`` (an expression)."""
         return self.store_fmt.format(ptr=ptr, value=value)
 
-    def pair_store(self, ptr: str, flag: str, value: str) -> str:
+    def pair_store(self, ptr: str, flag: str, value: str, replaces: bool = False) -> str:
         """Statements publishing ``flag`` and the 32-bit ``value`` (unsigned ints) at ``ptr``
-        (a global unsigned int pointer to the pair's two words, 8-byte aligned)."""
-        return self.pair_store_fmt.format(ptr=ptr, flag=flag, value=value)
+        (a global unsigned int pointer to the pair's two words, 8-byte aligned); ``replaces``:
+        a pair was published there before (else the flag is still 0)."""
+        head = self.pair_replace_fmt.format(ptr=ptr) if replaces else ""
+        return head + self.pair_store_fmt.format(ptr=ptr, flag=flag, value=value)
 
     def pair_load(self, ptr: str, flag: str, value: str) -> str:
         """Statements reading the pair at ``ptr`` into the unsigned int variables ``flag`` and
@@ -77,9 +83,9 @@ CUDA_SYNC = MemSync(fence="__threadfence();", load_fmt="(*(volatile unsigned int
 OPENCL_SYNC = MemSync(fence="mem_fence(CLK_GLOBAL_MEM_FENCE);", load_fmt="atomic_or({ptr}, 0u)",
                       store_fmt="atomic_xchg({ptr}, {value})",
                       vector_store_fmt="vstore{n}(({vt}{n})({values}), 0, {ptr});",
-                      pair_store_fmt="atomic_xchg({ptr} + 1, 0u);\n"
-                                     "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
-                                     "atomic_xchg({ptr}, {value});\n"
+                      pair_replace_fmt="atomic_xchg({ptr} + 1, 0u);\n"
+                                       "mem_fence(CLK_GLOBAL_MEM_FENCE);\n",
+                      pair_store_fmt="atomic_xchg({ptr}, {value});\n"
                                      "mem_fence(CLK_GLOBAL_MEM_FENCE);\n"
                                      "atomic_xchg({ptr} + 1, {flag});",
                       pair_load_fmt="{flag} = atomic_or({ptr} + 1, 0u);\n"

@@ -261,7 +261,7 @@ def opencl_wgmma(atom: WgmmaAtom, a_major: str = "K", b_major: str = "K") -> str
         a_addr = f"gpucg_wg_addr_{a_major.lower()}{eb}(a, (uint)r, (uint)kk)"
         get_a = f"const float x = {_READ[atom.kind].format(a=a_addr)};"
         body_a, tail = "", ""
-    r_expr = str(row).replace(" + 0 + ", " + ")
+    r_expr = row
     return (pre + f"/* emulated {atom.ptx()} for a warpgroup of 128 work-items (wt: 0-127) */\n"
             f"static inline void {fn_name(atom, a_major, b_major)}(__local uint* ws, int wt, "
             f"int active, __local const uchar* smem, float* d, {a_decl}, ulong b, int scale_d)\n{{\n"

@@ -9,7 +9,6 @@ results come back mapped (``to_host``) instead of copied into fresh host memory.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 
 import numpy as np
@@ -20,21 +19,15 @@ from ..errors import CompileError, InputError, LaunchError, TargetUnavailableErr
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key, keeps_own_binaries
+from .opencl_align import HOST_PTR_ALIGN, vector_align
 from .opencl_gather import GATHER_WG, UNITS, gather_source
 
 log = logging.getLogger("gpucg.runtime")
 
 _PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
-#: a host array is used in place only where its address is a multiple of this (and of its
-#: element size). A kernel that loads wider vector types (a double4 needs 32 bytes: the
-#: compiler emits aligned loads) gets a copy of a borrowed input that is not aligned for them,
-#: made at its launch (OpenCLProgram.align). PoCL itself takes any host pointer in place.
-HOST_PTR_ALIGN = 16
-_VECTOR = re.compile(r"\b(u?char|u?short|half|u?int|float|u?long|double)(2|3|4|8|16)\b")
-_SIZES = {"char": 1, "short": 2, "half": 2, "int": 4, "float": 4, "long": 8, "double": 8}
-_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 #: results at least this large come back mapped, smaller ones copied (a map costs more).
 MAP_MIN_BYTES = 1 << 20
+HUGE_MIN_BYTES, PAGE_BYTES = 4 << 20, 4096  # OpenCLBackend._buffer
 
 
 class DeviceArray:
@@ -52,7 +45,8 @@ class DeviceArray:
         self.dtype = dtype
         #: made by OpenCLBackend.empty: its buffer is no one else's (the result may be mapped)
         self.fresh = fresh
-        #: the NumPy array whose memory ``data`` uses in place (OpenCLBackend.borrow), or None
+        #: the NumPy array whose memory ``data`` uses in place (OpenCLBackend.borrow, large
+        #: buffers of a device sharing host memory), or None
         self.host = host
         size = 1
         for d in shape:
@@ -63,13 +57,6 @@ class DeviceArray:
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-
-def vector_align(source: str) -> int:
-    """The alignment in bytes that a kernel's vector types need (their size; 1 for none)."""
-    sizes = [_SIZES[base.lstrip("u")] * (4 if n == "3" else int(n))
-             for base, n in _VECTOR.findall(_COMMENT.sub("", source))]
-    return max(sizes, default=1)
 
 
 class OpenCLProgram(Program):
@@ -265,9 +252,24 @@ class OpenCLBackend(Backend):
         size = 1
         for d in shape:
             size *= d
-        buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, max(size * dtype.itemsize, 1))
+        buf, host = self._buffer(size * dtype.itemsize)
         stats.bump("buffers")
-        return DeviceArray(buf, shape, dtype, fresh=True)
+        return DeviceArray(buf, shape, dtype, fresh=True, host=host)
+
+    def _buffer(self, nbytes: int, like=None):
+        """A new buffer of ``nbytes`` (a copy of ``like``) and the host memory it uses or None:
+        large ones in NumPy's memory where the device shares it (NumPy asks for huge pages;
+        PoCL's 4 KiB pages cost a 32 MB stream about 15% in TLB misses)."""
+        mf = self.cl.mem_flags
+        if not self.shares_host or nbytes < HUGE_MIN_BYTES:
+            if like is None:
+                return self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1)), None
+            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=like), None
+        raw = np.empty(nbytes + PAGE_BYTES, np.uint8)
+        host = raw[-raw.ctypes.data % PAGE_BYTES:][:nbytes]
+        if like is not None:
+            host[...] = like.reshape(-1).view(np.uint8)
+        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host), host
 
     def to_device(self, array):
         """A device copy of a host array (it stays valid whatever the host array does next)."""
@@ -275,11 +277,10 @@ class OpenCLBackend(Backend):
         array = c_contiguous(np.asarray(array))
         if array.nbytes == 0:
             return self.empty(array.shape, array.dtype)
-        mf = self.cl.mem_flags
-        buf = self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=array)
+        buf, host = self._buffer(array.nbytes, array)
         stats.bump("buffers")
         stats.bump("uploads")
-        return DeviceArray(buf, array.shape, array.dtype)
+        return DeviceArray(buf, array.shape, array.dtype, host=host)
 
     def borrow(self, array):
         """A host array as one call's read-only input: in place (CL_MEM_USE_HOST_PTR) where

@@ -10,6 +10,8 @@ generated dispatcher, so one compiled attention serves prefill and decode):
                    across work-groups (flash-decoding), each writing a normalized partial output
                    and its log-sum-exp, and a second kernel combines them by their
                    log-sum-exps; the number of splits fills the GPU's multiprocessors twice.
+  flash_wgmma      (sm_90a, float16/bfloat16, D 64/128) Hopper's wgmma, TMA and mbarriers,
+                   warp-specialized, plevel 18 (strategies/attention_wgmma.py); OpenCL twin: 1.
   flash_mma        (CUDA, float16/bfloat16, float32 with allow_tf32) tensor cores, plevel 15
                    (strategies/attention_mma.py); on OpenCL its emulated twin at plevel 1.
   attention_simt   any sizes: one work-group a tile of query rows, keys and values streamed
@@ -33,7 +35,7 @@ from ..ops.attention import dims, softmax_scale
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..strategy import Strategy
-from . import attention_decode, attention_mma
+from . import attention_decode, attention_mma, attention_wgmma
 from .attention_args import common_args, heads, named, outputs
 from .gemm_tile import sm_count
 
@@ -63,14 +65,8 @@ def _simt_run(ctx, main):
         return
     s, wg = ctx.size, ctx.config["wg"]
     qtiles = ceil_div(sq, wg)
-    main(**named(arrays, mstr), **_slopes(ctx), **outputs(ctx), **heads(ctx, hq, hkv, sq, skv),
+    main(**named(arrays, mstr), **attention_decode.slopes_arg(ctx, ctx.info.slopes), **outputs(ctx), **heads(ctx, hq, hkv, sq, skv),
          qtiles=s(qtiles), grid=b * hq * qtiles, block=wg)
-
-
-def _slopes(ctx) -> dict:
-    """The ALiBi slopes argument on the backend, if the call has them."""
-    slopes = ctx.info.slopes
-    return {} if slopes is None else {"slopes": attention_decode.slopes_on(ctx, slopes)}
 
 
 def splits_for(work: int, skv: int, bk: int, sms: int) -> tuple[int, int]:
@@ -90,7 +86,7 @@ def _split_run(ctx, part, combine):
     splits, chunk = splits_for(b * hq * qtiles, skv, ctx.config["bk"], ctx.info.sms)
     rows = b * hq * sq
     po, pl = ctx.empty((rows * splits * d,), np.float32), ctx.empty((rows * splits,), np.float32)
-    part(**named(arrays, mstr), **_slopes(ctx), po=po, pl=pl, splits=s(splits), chunk=s(chunk),
+    part(**named(arrays, mstr), **attention_decode.slopes_arg(ctx, ctx.info.slopes), po=po, pl=pl, splits=s(splits), chunk=s(chunk),
          **heads(ctx, hq, hkv, sq, skv), qtiles=s(qtiles), grid=b * hq * qtiles * splits, block=wg)
     cwg = ctx.config["combine_wg"]
     combine(po=po, pl=pl, **outputs(ctx), splits=s(splits), hq=s(hq), sq=s(sq), total=s(rows * d),
@@ -158,6 +154,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     s.add(ATTENTION_SPLIT, 20, condition=sympy.And(sympy.Le(sq, DECODE_SQ_MAX),
                                                    sympy.Ge(skv, DECODE_SKV_MIN)),
           space=space, fixed=params, info=info)
+    attention_wgmma.offer(s, q.dtype, d, params, info, target)
     attention_mma.offer(s, q.dtype, attrs.allow_tf32, d, params, info, target)
     s.add(ATTENTION_SIMT, 10, space=space, fixed=params, info=info)
     return s

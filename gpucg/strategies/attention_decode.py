@@ -133,6 +133,11 @@ def plan(info: DecodeInfo, config, work: int, rows: int, keys: int):
 _SLOPES: dict = {}
 
 
+def slopes_arg(ctx, slopes: tuple | None) -> dict:
+    """The launch's ALiBi ``slopes`` argument, if the call has slopes (else nothing)."""
+    return {} if slopes is None else {"slopes": slopes_on(ctx, slopes)}
+
+
 def slopes_on(ctx, slopes: tuple):
     """The ALiBi slopes as a float32 array on the call's backend (uploaded once a backend)."""
     key = (id(ctx.backend), slopes)
@@ -163,8 +168,8 @@ def launch(ctx, main, combine, q, k, v, sizes, keys, **paged):
         pl = ctx.empty((total * splits,), np.float32)
     else:
         po = pl = ctx.empty((1,), np.float32)
-    slopes = {"slopes": slopes_on(ctx, info.slopes)} if info.slopes is not None else {}
-    main(q=q, k=k, v=v, **paged, **slopes, o=o, **lse, po=po, pl=pl, hq=s(hq), hkv=s(hkv),
+    main(q=q, k=k, v=v, **paged, **slopes_arg(ctx, info.slopes), o=o, **lse, po=po, pl=pl,
+         hq=s(hq), hkv=s(hkv),
          group=s(group), sq=s(sq), skv=s(skv), rows=s(rows), rowtiles=s(rowtiles),
          splits=s(splits), chunk=s(chunk), rys=np.int32(rys), vec=np.int32(vec),
          grid=b * hkv * rowtiles * splits, block=ctx.config["nt"])

@@ -39,6 +39,7 @@ from ..runtime import alignment_of
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from .attention_args import common_args, heads, named, outputs
+from .attention_decode import slopes_arg
 from .gemm_mma import PLEVEL_TWIN, Request, mma_kind, pairs_ok, smem_limit, tensor_cores
 
 #: above the SIMT kernel (10), below split-KV decoding (20, on its condition)
@@ -203,18 +204,9 @@ def _run(ctx, main):
     s, bq = ctx.size, _geo(ctx.fixed | dict(ctx.config)).bq
     qtiles = ceil_div(sq, bq)
     vec = vec_bits(arrays[:3], ctx.outputs[0], int(ctx.inputs[0].shape[3]))
-    main(**named(arrays, mstr), **outputs(ctx), **slopes_arg(ctx), **heads(ctx, hq, hkv, sq, skv),
+    main(**named(arrays, mstr), **outputs(ctx), **slopes_arg(ctx, ctx.attrs.alibi_slopes), **heads(ctx, hq, hkv, sq, skv),
          qtiles=s(qtiles), vec=np.int32(vec), grid=b * hq * qtiles,
          block=32 * ctx.config["warps"])
-
-
-def slopes_arg(ctx) -> dict:
-    """The ALiBi slopes argument (a float32 array on the call's backend), if the call has
-    them."""
-    from .attention_decode import slopes_on
-
-    slopes = ctx.attrs.alibi_slopes
-    return {} if slopes is None else {"slopes": slopes_on(ctx, slopes)}
 
 
 def vec_bits(arrays, out, d: int) -> int:

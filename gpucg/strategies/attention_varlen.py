@@ -30,7 +30,7 @@ from ..half import half_format
 from .attention import (SIMT_D_MAX, _low_occupancy, _space, _spills, host_only,
                         numpy_attention)
 from . import attention_mma
-from .attention_mma import slopes_arg
+from .attention_decode import slopes_arg
 
 
 def _launch(ctx, main, rows: int, block: int, **extra):
@@ -47,7 +47,7 @@ def _launch(ctx, main, rows: int, block: int, **extra):
         return
     s, qtiles = ctx.size, ceil_div(tq, rows)
     bad = ctx.counter()
-    main(q=q, k=k, v=v, cu_q=cq, cu_k=ck, **slopes_arg(ctx), o=ctx.outputs[0], bad=bad,
+    main(q=q, k=k, v=v, cu_q=cq, cu_k=ck, **slopes_arg(ctx, ctx.attrs.alibi_slopes), o=ctx.outputs[0], bad=bad,
          hq=s(hq), hkv=s(hkv), group=s(hq // hkv), tq=s(tq), tk=s(tk), batch=s(b),
          qtiles=s(qtiles), **extra, grid=b * hq * qtiles, block=block)
     if ctx.count(bad):

@@ -29,7 +29,8 @@ import numpy as np
 import sympy
 
 from ..codegen.literals import compute_dtype
-from ..codegen.vector import WORD, lanes
+from ..codegen.simd import SIMD_DTYPES
+from ..codegen.vector import WORD, itemsize, lanes
 from ..half import half_format
 from ..space import ConfigSpace
 from ..implementation import Kernel, host_impl, kernel_impl
@@ -43,6 +44,9 @@ WARP_N_MAX = 512
 #: elements of a block of the two-pass argmax/argmin (4 KiB of float32: in L1 for the search)
 ARG_BLOCK = 1024
 SPLIT_N_MIN = 16384
+#: bytes of one vector of the argmax/argmin search where the target has vector arithmetic
+#: (AVX2's 256 bits)
+SIMD_BYTES = 32
 SPLIT_ROWS_MAX = 1024
 
 
@@ -179,15 +183,18 @@ REDUCE_PASSES = kernel_impl("reduce_passes", _passes_run, **{
     for kind in ("rows", "cols") for s in ("in", "part") for t in ("part", "final")})
 
 
-def _spaces(on_cpu: bool, vw: int) -> dict:
+def _spaces(on_cpu: bool, vw: int, simd: int = 1) -> dict:
     """Config spaces of each implementation; a CPU gets one work-item a row or column. The row
     kernels' vw: elements a 128-bit load brings (vw elements of the input's dtype in 16
-    bytes on GPUs; 1: scalar loads, the CPU's default)."""
+    bytes on GPUs; 1: scalar loads, the CPU's default). simd > 1 (argmax/argmin where the
+    target has vector arithmetic): the row kernels' own space, whose two-pass search takes
+    blocks simd elements a vector (the CPU's default: 256-bit vectors, unroll of them)."""
     # two_pass: argmax/argmin find each block's extreme value, then its first index where the
     # block beats the best so far (a CPU vectorizes that; a GPU tracks indices in one pass)
     vws = tuple(sorted({1, vw}))
+    simds = {"simd": tuple(sorted({1, simd}))} if simd > 1 else {}
     rows = {"wg": (1, 64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8, 16),
-            "two_pass": (False, True), "vw": vws}
+            "two_pass": (False, True), "vw": vws, **simds}
     split = {**rows, "chunk_items": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
     cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 8, 16, 64, 128, 256),
             "chunk_items": (16, 256), "groups": (8, 256, 1024, 4096), "vw": vws}
@@ -198,12 +205,14 @@ def _spaces(on_cpu: bool, vw: int) -> dict:
                 and c["vec"] % c["vw"] == 0 and (c["vw"] == 1 or c["vec"] <= 16))
 
     if on_cpu:
-        d_rows = {"wg": 1, "unroll": 8, "two_pass": True, "vw": 1}
+        # simd: four 256-bit vectors in flight (8 accumulators of scalars otherwise)
+        d_rows = {"wg": 1, "unroll": 4 if simds else 8, "two_pass": True, "vw": 1,
+                  **({"simd": simd} if simds else {})}
         d_cols = {"tx": 1, "ty": 1, "vec": 128, "vw": 1}
         d_split = dict(d_rows, chunk_items=4096, groups=8)
         d_cols.update(chunk_items=256, groups=8)
     else:
-        d_rows = {"wg": 256, "unroll": 2, "two_pass": False, "vw": vw}
+        d_rows = {"wg": 256, "unroll": 2, "two_pass": False, "vw": vw, **{k: 1 for k in simds}}
         # a column block of 32 work-items x one 128-bit load (8-bit types: two scalars)
         cvw = vw if vw <= 8 else 1
         d_cols = {"tx": 32, "ty": 8, "vec": max(2, cvw), "vw": cvw}
@@ -212,14 +221,15 @@ def _spaces(on_cpu: bool, vw: int) -> dict:
     # the passes reduce separate runs of axes, without splitting a pass (no argmax either)
     passes = {"wg": rows["wg"], "unroll": rows["unroll"], "tx": cols["tx"], "ty": cols["ty"],
               "vec": cols["vec"], "vw": vws}
-    def scalar_find(c):  # the two-pass search reads element by element
-        return c["vw"] == 1 or not c["two_pass"]
+    def scalar_find(c):  # the two-pass search loads by vw = 1 (simd: vectors of its own)
+        return (c["vw"] == 1 or not c["two_pass"]) and (c.get("simd", 1) == 1 or c["two_pass"])
 
     return {
         "warp": ConfigSpace({"wg": (64, 128, 256), "lanes": (4, 8, 16, 32), "unroll": (1, 2, 4),
-                             "two_pass": (False, True), "vw": vws},
+                             "two_pass": (False, True), "vw": vws, **simds},
                             {"wg": 256, "lanes": 32, "unroll": 2, "two_pass": False,
-                             "vw": 1 if on_cpu else vw}, constraint=scalar_find),
+                             "vw": 1 if on_cpu else vw, **{k: 1 for k in simds}},
+                            constraint=scalar_find),
         "group": ConfigSpace(rows, d_rows, constraint=scalar_find),
         "split": ConfigSpace(split, d_split, constraint=scalar_find),
         "cols": ConfigSpace(cols, d_cols, constraint=fits),
@@ -257,9 +267,12 @@ def gpu_strategy_for(op: str, axes_of):
         # float16 and bfloat16 are storage only: the kernels load and store float32 values
         params = dict(op=op, in_dtype=_value(x.dtype), acc_dtype=acc, out_dtype=_value(y.dtype),
                       in_half=half_format(x.dtype), out_half=half_format(y.dtype),
-                      two_pass=False, block=ARG_BLOCK, vw=1)
+                      two_pass=False, block=ARG_BLOCK, vw=1, simd=1)
         info = ReduceInfo(op, axes, acc)
-        spaces = _spaces(target.on_cpu, lanes(x.dtype))
+        # argmax/argmin: their own row space, with vectors of 32 bytes where the target has them
+        simd = (SIMD_BYTES // itemsize(x.dtype) if op in ARG_OPS and x.dtype in SIMD_DTYPES
+                and target.capabilities.native("simd") else 1)
+        spaces = _spaces(target.on_cpu, lanes(x.dtype), simd)
         views = passes(x.shape, axes)
         s = Strategy(target)
 

@@ -1,0 +1,90 @@
+"""Issue 35 item 6's case on OpenCL (PoCL on the CPU) beside NumPy, in one process: argmax,
+argmin, sum over rows, sum over axis 0 and softmax of a (256, 32000) float32 array.
+
+    PYTHONPATH=CHECKOUT python benchmarks/pocl_reductions.py [--repeat 15] [--json]
+    python benchmarks/before_after.py --before OLD --after NEW --targets opencl \
+        --script benchmarks/pocl_reductions.py --peer numpy --rounds 12 reductions
+
+Each case times gpucg with the input already on the device ("device") and from the host
+array ("host": the call borrows or copies it and brings the result back), and NumPy on the
+host array, call by call in turn (so that the machine's load falls on all three alike); a row
+gives the median and the fastest of its calls. Results are checked against NumPy (indices
+equal). Only the public API is used, so any checkout of gpucg runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import gpucg
+from gpucg.runtime import get_backend
+
+SHAPE = (256, 32000)
+
+
+def _softmax(x):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+#: (name, op, attrs, NumPy's version)
+CASES = [("argmax axis -1", "argmax", {"axis": -1}, lambda x: np.argmax(x, axis=-1)),
+         ("argmin axis -1", "argmin", {"axis": -1}, lambda x: np.argmin(x, axis=-1)),
+         ("sum axis -1", "sum", {"axis": -1}, lambda x: np.sum(x, axis=-1)),
+         ("sum axis 0", "sum", {"axis": 0}, lambda x: np.sum(x, axis=0)),
+         ("softmax axis -1", "softmax", {"axis": -1}, _softmax)]
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run(repeat: int) -> list[dict]:
+    be = get_backend("opencl")
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    xd = be.to_device(x)
+    rows = []
+    for name, op, attrs, ref in CASES:
+        f = gpucg.compile(op, gpucg.tensor(SHAPE, "float32"), target="opencl", **attrs)
+        want, got = ref(x), be.to_host(f(xd))
+        ok = (np.array_equal(got, want) if op.startswith("arg")
+              else np.allclose(got, want, rtol=1e-4, atol=1e-6 * SHAPE[0]))
+        calls = {"device": lambda: (f(xd), be.synchronize()),
+                 "host": lambda: be.to_host(f(x)), "numpy": lambda: ref(x)}
+        for fn in calls.values():  # warm-up: compiled, cached, pages touched
+            fn()
+        times = {k: [] for k in calls}
+        for _ in range(repeat):
+            for k, fn in calls.items():
+                times[k].append(_timed(fn))
+        case = f"{op} {SHAPE} {name.split(' ', 1)[1]}"
+        for k, t in times.items():
+            label = "numpy" if k == "numpy" else f"gpucg opencl {k} [{f.last_impl}]"
+            rows.append({"case": case, "label": label, "seconds": float(np.median(t)),
+                         "min_seconds": min(t), "matches": bool(ok)})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeat", type=int, default=15, help="calls of each, in turn")
+    p.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    p.add_argument("groups", nargs="*", help="ignored (before_after.py passes a family name)")
+    args = p.parse_args(argv)
+    rows = run(args.repeat)
+    for r in rows:
+        print(f"{r['case']:<34} {r['label']:<44} median {r['seconds'] * 1e3:8.3f} ms  "
+              f"min {r['min_seconds'] * 1e3:8.3f} ms{'' if r['matches'] else '  DIFFERS'}")
+    if args.json:
+        print(json.dumps({"results": rows}))
+    return 0 if all(r["matches"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
