@@ -1,9 +1,10 @@
 """The NumPy target's conv2d paths (gpucg/strategies/conv2d_host.py) against a float64
 shift-and-accumulate reference: depthwise channels last by stride phases (strides 1-3,
-asymmetric padding, padding beyond the plane, a plane narrower than the kernel's reach) and by
-contiguous runs of NCHW phase planes (large 3x3 planes at strides 1 and 2, dilation), im2col
-by runs (strides 2 and 4, groups, dilation), depthwise with a channel multiplier, the 1x1
-GEMM path, with the epilogue (bias, activation, residual), special values, an empty batch."""
+asymmetric padding, padding beyond the plane, a plane narrower than the kernel's reach), by a
+window view and by contiguous runs of NCHW phase planes (large 3x3 planes at strides 1 and 2,
+dilation), im2col by runs (strides 2 and 4, groups, dilation, a channels-last result from 32
+outputs), depthwise with a channel multiplier, the 1x1 GEMM path, with the epilogue (bias,
+activation, residual), special values, an empty batch."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ CASES = [  # (n, c, h, w), (o, i, kh, kw), strides, padding, dilation, groups
     ((2, 3, 33, 30), (4, 3, 3, 3), (2, 2), (1, 1, 0, 1), (1, 1), 1),
     ((1, 3, 16, 16), (5, 3, 4, 4), (4, 4), (0, 0, 0, 0), (1, 1), 1),
     ((1, 4, 40, 37), (6, 2, 3, 2), (2, 1), (2, 0, 1, 1), (2, 1), 2),
+    ((2, 3, 17, 15), (32, 3, 3, 3), (2, 2), (1, 1, 0, 1), (1, 1), 1),  # 32 outputs: NHWC
     ((2, 8, 9, 9), (4, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),  # window view: 72 taps
 ]
 
