@@ -104,3 +104,24 @@ def test_depthwise_window_equals_the_reference(monkeypatch):
         want = _ref(x.transpose(0, 3, 1, 2), w, strides, padding, dilation, groups)
         np.testing.assert_allclose(gpucg.to_host(y), want, rtol=1e-5, atol=1e-5)
     test_depthwise_special_values_stay_in_their_windows()
+
+
+def test_buffers_are_written_before_read(monkeypatch):
+    """Every path's scratch and padded buffers (np.empty, only their borders zeroed) come out
+    the same when np.empty hands back NaN everywhere: no element is read before it is
+    written (a NaN there would reach the output)."""
+    import types
+
+    from gpucg.strategies import conv2d_host
+
+    def empty(shape, dtype=float, *args, **kwargs):
+        return np.full(shape, np.nan, dtype)
+
+    monkeypatch.setattr(conv2d_host, "np", types.SimpleNamespace(
+        **{**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")}, "empty": empty}))
+    for case in CASES:
+        test_host_paths_equal_the_reference(*case)
+    monkeypatch.setattr(conv2d_host, "WINDOW_CHANNELS", 1)
+    monkeypatch.setattr(conv2d_host, "STRIDED_CHANNELS", 1)
+    for case in CASES[:2] + CASES[6:10]:
+        test_host_paths_equal_the_reference(*case)

@@ -161,7 +161,9 @@ def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
     (n, ph + 1, pw, c) ``channels_last``. Only the phases in ``used`` (None: all) are filled."""
     n, c, h, wd = x.shape
     (sh, sw), (pt, pl) = strides, pads[:2]
-    out = np.zeros((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
+    # not np.zeros: only the borders no input lands on are written twice over otherwise (the
+    # host keeps freed memory, so a fresh buffer is no longer zero pages for free)
+    out = np.empty((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
     for a in range(sh):
         for b in range(sw):
             if used is not None and (a, b) not in used:
@@ -170,10 +172,10 @@ def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
             r0, c0 = a + i0 * sh - pt, b + j0 * sw - pl
             src = x[:, :, r0::sh, c0::sw][:, :, :max(0, ph - i0), :max(0, pw - j0)]
             hi, wi = src.shape[2:]
-            if channels_last:
-                out[a, b, :, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
-            else:
-                out[a, b, :, :, i0:i0 + hi, j0:j0 + wi] = src
+            p = out[a, b] if channels_last else out[a, b].transpose(0, 2, 3, 1)  # NHWC view
+            p[:, :i0], p[:, i0 + hi:] = 0, 0
+            p[:, i0:i0 + hi, :j0], p[:, i0:i0 + hi, j0 + wi:] = 0, 0
+            p[:, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
     return out
 
 
