@@ -161,8 +161,8 @@ class FlashWgmma:
     def why_not(self, limit: int) -> str:
         if self.d not in HEAD_DIMS:
             return f"head dim D={self.d} is not one of {HEAD_DIMS} (the tiles built)"
-        if self.consumers not in (1, 2) or self.bkv not in (32, 64, 128):
-            return f"consumers={self.consumers} (1, 2), bkv={self.bkv} (32, 64, 128)"
+        if self.consumers not in (1, 2) or self.bkv not in (16, 32, 64, 128):
+            return f"consumers={self.consumers} (1, 2), bkv={self.bkv} (16, 32, 64, 128)"
         if not 2 <= self.stages <= 4:
             return f"{self.stages} stages (2 to 4)"
         if self.smem_bytes > limit:
@@ -185,19 +185,20 @@ def config_geometry(p) -> FlashWgmma:
 def space(kind: str, d: int, small: bool, limit: int) -> ConfigSpace:
     """consumers (warpgroups of 64 query rows), bkv (keys a tile), stages of the ring. The GPU's
     default: two consumers, 128 keys, the deepest ring up to 3 that fits (2 at D = 128 f16:
-    over 128 KiB); the twin's: one consumer, 32 keys, 2 stages (emulated warpgroups are slow;
-    at D = 64 that fits Oclgrind's 48 KiB of local memory beside the emulation's scratch)."""
+    over 128 KiB); the twin's: one consumer, 16 keys, 2 stages (emulated warpgroups are slow:
+    Oclgrind simulates a tile of 16 keys in half the time of 32; at D = 64 it fits Oclgrind's 48
+    KiB of local memory beside the emulation's scratch)."""
     def why(c):
         return geometry(kind, d, c["consumers"], c["bkv"], c["stages"]).why_not(limit)
 
-    default = {"consumers": 1, "bkv": 32, "stages": 2}
+    default = {"consumers": 1, "bkv": 16, "stages": 2}
     if not small:
         default = {"consumers": 2, "bkv": 128, "stages": 2}
         for st in (3,) if d <= 64 else ():
             if not why(dict(default, stages=st)):
                 default["stages"] = st
-    return ConfigSpace({"consumers": (1, 2), "bkv": (32, 64, 128), "stages": (2, 3, 4)}, default,
-                       why=why)
+    knobs = {"consumers": (1, 2), "bkv": (16, 32, 64, 128), "stages": (2, 3, 4)}
+    return ConfigSpace(knobs, default, why=why)
 
 
 def head_map(dtype: str, d: int, b: int, nheads: int, seq: int, box, bshd: bool) -> TensorMap:
