@@ -40,6 +40,20 @@ def exhaustive_selected(config) -> bool:
     return re.search(r"(?<!not )\bexhaustive\b", config.getoption("-m") or "") is not None
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Before -m selects: a test marked ``widens`` (it does more under -m exhaustive) joins the
+    exhaustive tier too; a module's ``exhaustive_case(params)`` (a test's parameters, fixture
+    parameters included) puts the cases it names in the exhaustive tier only. Without this an
+    unmarked test could never run its wide form: -m exhaustive selects marked tests alone."""
+    wide = exhaustive_selected(config)
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        pick = getattr(item.module, "exhaustive_case", None) if item.module else None
+        if (wide and item.get_closest_marker("widens")) or (pick and pick(params)):
+            item.add_marker(pytest.mark.exhaustive)
+
+
 def backend_or_skip(name: str):
     ok, _, reason = backend_status(name)
     if not ok:

@@ -14,10 +14,12 @@ import gpucg
 from gpucg import var
 from test_attention import applies, run
 from test_attention_mma import DEEP, compiled
+from test_attention_wgmma import compiled as wgmma_twin
 
 B, HQ, HKV, SQ, SKV, D = 1, 2, 1, 4, 1030, 64
 IMPLS = {"numpy": ("numpy_attention",),
-         "opencl": ("attention_simt", "attention_split", "attention_decode", "flash_mma")}
+         "opencl": ("attention_simt", "attention_split", "attention_decode", "flash_mma",
+                    "flash_wgmma")}
 
 
 def _base():
@@ -66,6 +68,8 @@ def _op(target, impl, causal):
         mask = None if causal else ((1, 1, SQ, SKV), "float32")
         return compiled("float16", D, mask, tuple(sorted(DEEP.items())), causal=causal,
                         return_lse=True)
+    if impl == "flash_wgmma" and causal:  # test_attention_wgmma's compile, shared (no mask)
+        return wgmma_twin("float16", D, causal=True, return_lse=True)
     return None
 
 

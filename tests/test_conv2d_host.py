@@ -84,11 +84,21 @@ def test_depthwise_special_values_stay_in_their_windows():
     assert np.isnan(y[0, 0]).sum() == 4 and np.isinf(y[0, 1]).sum() == 4
 
 
-def test_depthwise_weights_read_per_channel_equal_tiled(monkeypatch):
-    """Many channels: the channels-last depthwise reads its weights per channel instead of
-    tiled along a row; the same sums."""
+def test_depthwise_window_equals_the_reference(monkeypatch):
+    """Many channels: the channels-last depthwise over a window view of the padded input (no
+    stride phases) on the phase cases (strides 1-3, asymmetric padding, padding beyond the
+    plane, a 1x1 kernel under stride 3, an empty batch), NCHW and channels-last data."""
     from gpucg.strategies import conv2d_host
 
-    monkeypatch.setattr(conv2d_host, "WIDE_CHANNELS", 1)
-    for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[7:10]:
+    monkeypatch.setattr(conv2d_host, "WINDOW_CHANNELS", 1)
+    monkeypatch.setattr(conv2d_host, "STRIDED_CHANNELS", 1)
+    for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[6:10]:
         test_host_paths_equal_the_reference(xs, ws, strides, padding, dilation, groups)
+        rng = np.random.default_rng(len(xs))
+        x = rng.standard_normal(xs[:1] + xs[2:] + xs[1:2]).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        y = gpucg.ops.conv2d(x.transpose(0, 3, 1, 2), w, strides=strides, padding=padding,
+                             groups=groups, target="numpy")
+        want = _ref(x.transpose(0, 3, 1, 2), w, strides, padding, dilation, groups)
+        np.testing.assert_allclose(gpucg.to_host(y), want, rtol=1e-5, atol=1e-5)
+    test_depthwise_special_values_stay_in_their_windows()

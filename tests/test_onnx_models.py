@@ -26,7 +26,6 @@ import onnxruntime  # noqa: E402
 
 import gpucg.onnx  # noqa: E402
 import model_zoo  # noqa: E402
-from conftest import exhaustive_selected  # noqa: E402
 
 #: the issue's models, in the default tier; the rest of model_zoo.BUILDERS is exhaustive
 REQUIRED = ("bert", "gpt2_past", "llama", "vit", "mobilenet_v3", "swin")
@@ -75,15 +74,21 @@ def check(exported, name, way, target):
     return m
 
 
+def exhaustive_case(params) -> bool:
+    """The cases of the default-tier test that run with -m exhaustive only (conftest): a
+    one-way model's other export, and the dynamo exports on opencl (the torchscript exports
+    run the same operators there in the default tier)."""
+    if "name" not in params:
+        return False
+    name, way = params["name"], params["way"]
+    return ONE_WAY.get(name, way) != way or (params.get("target") == "opencl"
+                                             and way == "dynamo")
+
+
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("name", REQUIRED)
 def test_model_equals_onnxruntime_at_two_sizes_through_one_compile(name, way, target,
-                                                                    exported, request):
-    if ONE_WAY.get(name, way) != way and not exhaustive_selected(request.config):
-        pytest.skip(f"{name} runs its {way} export with -m exhaustive")
-    if target == "opencl" and way == "dynamo" and not exhaustive_selected(request.config):
-        pytest.skip("opencl runs the dynamo exports with -m exhaustive (the torchscript "
-                    "exports run the same operators on opencl in the default tier)")
+                                                                    exported):
     check(exported, name, way, target)
 
 

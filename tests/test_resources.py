@@ -96,6 +96,7 @@ def bench_rows(request):
     return collect_resources(archs=ARCHS if exhaustive_selected(request.config) else ("sm_90",))
 
 
+@pytest.mark.widens
 def test_every_default_config_fits_without_undeclared_spills(nvrtc_or_skip, bench_rows):
     """Every operator's bench Cases, every implementation, sm_80 and sm_90."""
     assert {k.split("|")[0] for k, _ in bench_rows} >= {"cumsum", "topk", "conv2d"}
@@ -115,6 +116,7 @@ def test_every_default_config_fits_without_undeclared_spills(nvrtc_or_skip, benc
     print("\ndeclared spills or low occupancy:\n  " + "\n  ".join(declared))
 
 
+@pytest.mark.widens
 def test_no_regression_against_the_checked_in_file(nvrtc_or_skip, bench_rows):
     baseline = load(BASELINE).get("resources", {})
     assert baseline, f"{BASELINE} has no resource figures: run `make resources-json`"

@@ -58,17 +58,28 @@ class Operand:
 
     @property
     def boxes(self) -> int:
-        """TMA boxes that fill the tile: 1 (K-major) or one a slab of MN."""
-        return 1 if self.major == "K" else self.rows // self.slab
+        """TMA boxes that fill the tile: one a slab (128 bytes) of K (K-major: one unless bk
+        spans several swizzle rows, as attention's head dims do) or of MN."""
+        if self.major == "K":
+            return max(1, self.bk // self.slab)
+        return self.rows // self.slab
 
     @property
     def box(self) -> tuple:
         """The box in the driver's order (dimension 0 innermost), batch dimensions aside."""
-        return (self.bk, self.rows) if self.major == "K" else (self.slab, self.bk)
+        return (min(self.bk, self.slab), self.rows) if self.major == "K" else (self.slab, self.bk)
 
     def box_offset(self, j: int) -> int:
         """Byte offset in the tile of box ``j``."""
+        if self.major == "K":
+            return j * self.rows * SLAB_BYTES
         return j * self.slab * self.bk * self.elem_bytes
+
+    def k_start(self, k0: int) -> int:
+        """Byte offset in the tile of a wgmma's descriptor start for the K step at column
+        ``k0`` (across swizzle rows where bk spans several)."""
+        return hl.tile_k_start(k0, rows=self.rows, cols=self.bk, major=self.major,
+                               swizzle=SWIZZLE, elem_bytes=self.elem_bytes)
 
     def offset(self, row, col):
         """Byte offset (before the swizzle) of element (row, col) of the tile."""
