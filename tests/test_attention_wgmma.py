@@ -18,6 +18,7 @@ from gpucg.strategies import attention_wgmma
 
 from conftest import backend_or_skip
 from test_attention import check, make, torch_ref
+from test_gemm_wgmma import sm_90a_ops
 
 SLOW = pytest.mark.exhaustive
 
@@ -161,22 +162,10 @@ def _cuda(causal=False):
 def test_sm_90a_kernel_in_sass(sass_or_skip, causal):
     """The kernel selected for D = 128, S = 4096, float16: HGMMA, UTMALDG, SYNCS, setmaxnreg
     honoured (no C7508), no local memory, over 128 KiB of dynamic shared memory."""
-    from gpucg.verify import nvrtc, sass
-
     f = _cuda(causal)
     assert f.selection.choices[0].impl.name == "flash_wgmma.cuda"
-    spec = f.specs(0)["main"]
-    assert spec.dynamic_local > 128 * 1024
-    for key, src in f.sources.items():
-        if key.endswith("@i64"):
-            continue
-        cubin, log = nvrtc.compile_to_cubin(src, "sm_90a")
-        assert "C7508" not in log and "0 bytes stack frame" in log, log
-        assert "0 bytes spill stores" in log, log
-        listed = [o.split(".")[0] for o in sass.parse_sass(sass.disassemble(cubin))[spec.entry]]
-        ops = set(listed)
-        print(key, {o: listed.count(o) for o in ("HGMMA", "UTMALDG", "SYNCS", "SHFL")},
-              spec.dynamic_local, "B dynamic shared memory")
+    assert f.specs(0)["main"].dynamic_local > 128 * 1024
+    for key, ops in sm_90a_ops(f, "main", ("HGMMA", "UTMALDG", "SYNCS", "SHFL")).items():
         assert {"HGMMA", "UTMALDG", "SYNCS", "USETMAXREG", "SHFL"} <= ops, key
         assert not ops & {"LDL", "STL", "HMMA"}, key
 

@@ -31,13 +31,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen import register_geometry
-from ..codegen import hopper_layouts as hl
 from ..codegen.mbarrier import MBARRIER_BYTES, Pipeline
 from ..codegen.shuffle import SHFL_WORDS
 from ..codegen.smem import SmemPlan, SmemTile
 from ..codegen.tma import TensorMap
 from ..codegen.wgmma import wgmma_atom
-from ..codegen.wgmma_core import CONSUMER_REGS, PRODUCER_REGS, SWIZZLE, Operand
+from ..codegen.wgmma_core import CONSUMER_REGS, PRODUCER_REGS, SWIZZLE, Operand, TmaRing
 from ..implementation import Kernel, kernel_impl
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
@@ -50,12 +49,12 @@ PLEVEL_CUDA = 18
 FEATURE = "wgmma"
 HEAD_DIMS = (64, 128)
 KINDS = {"float16": "f16", "bfloat16": "bf16"}
-REGS = (PRODUCER_REGS, CONSUMER_REGS)
 
 
 @dataclass(frozen=True)
-class FlashWgmma:
-    """One config's tiles, barriers and shared-memory plan (the template renders this)."""
+class FlashWgmma(TmaRing):
+    """One config's tiles, barriers and shared-memory plan (the template renders this); the
+    ring's offsets, barriers and descriptors are wgmma_core.TmaRing's."""
 
     kind: str
     d: int
@@ -76,6 +75,11 @@ class FlashWgmma:
     @property
     def eb(self) -> int:
         return self.atom_s.elem_bytes
+
+    @property
+    def regs(self) -> tuple:
+        """Registers a thread keeps after setmaxnreg: (producer, consumers), the GEMM core's."""
+        return PRODUCER_REGS, CONSUMER_REGS
 
     @property
     def bq(self) -> int:
@@ -105,43 +109,15 @@ class FlashWgmma:
                   SmemTile("V", self.V.bytes // SWIZZLE, SWIZZLE, 1, align=1024))
         return SmemPlan(tiles=(bars, q), staged=staged, stages=self.stages)
 
-    @property
-    def stage_bytes(self) -> int:
-        return self.plan.stage_bytes
-
-    @property
-    def smem_bytes(self) -> int:
-        """The dynamic shared memory a launch gives: the plan, and 1024 bytes of alignment."""
-        return self.plan.bytes + 1024
-
     @functools.cached_property
     def pipe(self) -> Pipeline:
         """The ring of K and V tiles: each stage completes on both tiles' bytes."""
         return Pipeline(self.stages, self.consumers, self.K.bytes + self.V.bytes)
 
-    def off(self, name: str) -> int:
-        return self.plan.offset(name)
-
-    def full(self, stage) -> str:
-        return self._bar(stage, 0)
-
-    def empty(self, stage) -> str:
-        return self._bar(stage, 8)
-
-    def _bar(self, stage, at: int) -> str:
-        base = self.off("bars") + at
-        if not isinstance(stage, str):
-            return str(base + 16 * stage)
-        return f"{base} + ({stage} << 4)" if base else f"({stage} << 4)"
-
     @property
     def qbar(self) -> int:
         """The offset of the q tile's mbarrier (after the ring's pairs)."""
         return self.off("bars") + 16 * self.stages
-
-    def descriptor(self, op: Operand, start: str, d) -> str:
-        lbo, sbo = op.strides
-        return hl.descriptor(start, lbo, sbo, SWIZZLE, u64=d.utype(64), suffix=d.u64_suffix)
 
     def kstep(self, op: Operand, var: str) -> str:
         """The C byte offset in ``op``'s tile of k-step ``var``'s descriptor start (16 of K a

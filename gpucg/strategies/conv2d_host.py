@@ -20,7 +20,8 @@ that touches memory least, in blocks that stay in cache.
   einsum a block of output rows over a window view of the padded NHWC input.
 - few taps a column (a stem's 3x3 over 3 channels, a 4x4 patchify): im2col by runs, each
   tap's columns one contiguous run of its stride phase, then a GEMM a group per image (one
-  group: the result channels last, so the layers after a stem never transpose).
+  group and 32 outputs or more: the result channels last, so the layers after a stem never
+  transpose).
 - the rest: im2col by a strided window view, one matmul per group.
 The bias, activation and residual then run in the epilogue (gpucg.ops.conv2d.epilogue).
 """
@@ -55,6 +56,10 @@ PLANE_RUN = 56 * 56
 WINDOW_CHANNELS, STRIDED_CHANNELS = 480, 64
 #: the output bytes of one block of output rows of im2col by runs with one group (L2-sized)
 RUNS_BLOCK_BYTES = 256 << 10
+#: im2col by runs writes channels last from this many output channels (one group): the
+#: depthwise layer after a stem reads channels-last data faster from 32 channels (EfficientNet-
+#: B0's 32: 0.7x its NCHW planes' time), NCHW planes below (MobileNetV3's 16: 0.75x)
+RUNS_LAST_CHANNELS = 32
 #: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
 #: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
 #: runs; with more taps the GEMM dominates and both copies cost alike
@@ -110,7 +115,9 @@ def _padded(x, pads, acc):
     if not any(pads):
         return x
     n, c, h, wd = x.shape
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
+    xp = np.empty((n, c, h + pt + pb, wd + pl + pr), acc)  # zeros on the borders only
+    xp[:, :, :pt], xp[:, :, pt + h:] = 0, 0
+    xp[:, :, pt:pt + h, :pl], xp[:, :, pt:pt + h, pl + wd:] = 0, 0
     xp[:, :, pt:pt + h, pl:pl + wd] = x
     return xp
 
@@ -156,7 +163,9 @@ def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
     (n, ph + 1, pw, c) ``channels_last``. Only the phases in ``used`` (None: all) are filled."""
     n, c, h, wd = x.shape
     (sh, sw), (pt, pl) = strides, pads[:2]
-    out = np.zeros((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
+    # not np.zeros: only the borders no input lands on are written twice over otherwise (the
+    # host keeps freed memory, so a fresh buffer is no longer zero pages for free)
+    out = np.empty((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
     for a in range(sh):
         for b in range(sw):
             if used is not None and (a, b) not in used:
@@ -165,10 +174,10 @@ def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
             r0, c0 = a + i0 * sh - pt, b + j0 * sw - pl
             src = x[:, :, r0::sh, c0::sw][:, :, :max(0, ph - i0), :max(0, pw - j0)]
             hi, wi = src.shape[2:]
-            if channels_last:
-                out[a, b, :, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
-            else:
-                out[a, b, :, :, i0:i0 + hi, j0:j0 + wi] = src
+            p = out[a, b] if channels_last else out[a, b].transpose(0, 2, 3, 1)  # NHWC view
+            p[:, :i0], p[:, i0 + hi:] = 0, 0
+            p[:, i0:i0 + hi, :j0], p[:, i0:i0 + hi, j0 + wi:] = 0, 0
+            p[:, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
     return out
 
 
@@ -271,9 +280,10 @@ def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
     stride phase's plane (see :func:`_phases`), copied whole into the (c*kh*kw, oh*pw)
     matrix of one image; one GEMM a group, whose pw - ow extra columns a row are dropped as
     the result is stored. The window view's copy it replaces gathers the columns element by
-    element (strided at stride 2). One group (a stem, a patchify): (rows x K) @ (K x o) GEMMs
-    over blocks of output rows, the result channels last (the depthwise and pointwise layers
-    after a stem then read it as it lies: no transposes); groups: (o/g x K) @ (K x oh*pw)."""
+    element (strided at stride 2). One group and RUNS_LAST_CHANNELS outputs (a stem, a
+    patchify): (rows x K) @ (K x o) GEMMs over blocks of output rows, the result channels last
+    (the depthwise and pointwise layers after a stem then read it as it lies: no transposes);
+    else (o/g x K) @ (K x oh*pw) a group, NCHW."""
     n, c = x.shape[:2]
     o, i, kh, kw = w.shape
     g = c // i
@@ -284,7 +294,8 @@ def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
     run, plane = oh * pw, (ph + 1) * pw
     wm = w.reshape(g, o // g, i * kh * kw)
     cols = np.empty((c, kh, kw, run), acc)
-    if g == 1:
+    last = g == 1 and o >= RUNS_LAST_CHANNELS
+    if last:
         y = np.empty((n, oh, ow, o), acc)
         rows = max(1, min(oh, RUNS_BLOCK_BYTES // (acc.itemsize * pw * max(1, o))))
         wide = np.empty((rows * pw, o), acc)
@@ -295,7 +306,7 @@ def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
     for b in range(n):
         for a, e, start, r, q in taps:
             cols[:, r, q] = phase[a, e, b].reshape(c, plane)[:, start:start + run]
-        if g > 1:
+        if not last:
             np.matmul(wm, cols.reshape(g, i * kh * kw, run), out=wide)
             y[b] = wide.reshape(o, oh, pw)[:, :, :ow]
             continue
@@ -303,7 +314,7 @@ def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
             m = min(rows, oh - i0)
             np.matmul(cm[:, i0 * pw:(i0 + m) * pw].T, wt, out=wide[:m * pw])
             y[b, i0:i0 + m] = wide[:m * pw].reshape(m, pw, o)[:, :ow]
-    return y.transpose(0, 3, 1, 2) if g == 1 else y
+    return y.transpose(0, 3, 1, 2) if last else y
 
 
 def _im2col(xp, w, n, g, oh, ow, strides, dilation, acc):
