@@ -172,7 +172,8 @@ def test_sm_90a_kernel_in_sass(sass_or_skip, causal):
 
 def test_launch_on_the_stand_in(nvrtc_or_skip):
     """Three tensor maps by value (boxes of 64 of D x 128 rows), the dynamic shared memory
-    attribute raised, 384 threads (whole warpgroups), a work-group a (batch, head, 128 rows)."""
+    attribute raised, 384 threads (whole warpgroups), a work-group a (batch, head, 128 rows);
+    BSHD's maps (heads inside rows), GQA, the log-sum-exp and 64-bit indexing too."""
     from gpucg.runtime import use_backend
     from gpucg.runtime.cuda_backend import CudaBackend
     from gpucg.verify.cupy_standin import StandInCupy
@@ -181,10 +182,20 @@ def test_launch_on_the_stand_in(nvrtc_or_skip):
     with use_backend("cuda", CudaBackend(cupy=cupy)):
         f = _cuda()
         f(*(cupy.empty((1, 16, 4096, 128), "float16") for _ in range(3)))
-    (ln,) = cupy.launches
+        q, kv = gpucg.tensor((2, 300, 8, 64), "bfloat16"), gpucg.tensor((2, 500, 2, 64),
+                                                                        "bfloat16")
+        g = gpucg.compile("attention", q, kv, kv, target="cuda -arch=sm_90a", layout="BSHD",
+                          causal=True, return_lse=True, index="int64")
+        assert g.selection.choices[0].impl.name == "flash_wgmma.cuda"
+        g(*(cupy.empty(t.shape, "bfloat16") for t in (q, kv, kv)))
+    ln, wide = cupy.launches
     assert ln.block == (384,) and ln.grid == (16 * 32,) and ln.shared_mem > 128 * 1024
     assert ("gpucg_attention_flash_wgmma_main", "max_dynamic_shared_size_bytes",
             ln.shared_mem) in cupy.attributes
     maps = [a for a in ln.args if type(a).__name__ == "TensorMapArg"]
     assert [m.tensor_map.box for m in maps] == [(64, 128, 1, 1)] * 3
     assert [m.tensor_map.dims for m in maps] == [(128, 4096, 16, 1)] * 3
+    assert wide.block == (384,) and wide.grid == (2 * 8 * 3,)
+    maps = [a.tensor_map for a in wide.args if type(a).__name__ == "TensorMapArg"]
+    assert [m.box for m in maps] == [(64, 1, 128, 1)] * 3
+    assert [m.dims for m in maps] == [(64, 8, 300, 2), (64, 2, 500, 2), (64, 2, 500, 2)]
