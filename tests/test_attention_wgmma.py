@@ -46,7 +46,7 @@ def check_group(dtype, d, shapes, config=None, **attrs):
         qs, ks = ((b, sq, hq, d), (b, skv, hkv, d)) if layout == "BSHD" else \
             ((b, hq, sq, d), (b, hkv, skv, d))
         q, k, v = make(qs, dtype, rng), make(ks, dtype, rng), make(ks, dtype, rng)
-        ref = {a: attrs[a] for a in ("causal", "layout") if a in attrs}
+        ref = {a: attrs[a] for a in ("causal", "layout", "scale") if a in attrs}
         want, want_lse = torch_ref(q, k, v, **ref)
         got = op(q, k, v)
         assert op.last_impl == "flash_wgmma.opencl", op.last_impl
