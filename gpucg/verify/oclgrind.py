@@ -350,13 +350,16 @@ def _watch(live: list, start, why: dict, claims: Path, count: int, memory: int) 
                 start(slot)  # the remaining tasks go to a fresh worker
 
 
-def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
+def tasks_for(ops=None, kind: str = "small", full: bool = False,
+              every_case: bool = True) -> list[Task]:
     """Every implementation of every operator (or of ``ops``) on the operator's Cases of
     ``kind``, forced with ``impl=``: what a GPU may run.
 
     Each runs every case with 32-bit indexing and its first case with 64-bit indexing
     (``full``: every case with both), which keeps the simulator's time in bounds; a Case's
-    ``not_simulated`` implementations are left out of that case.
+    ``not_simulated`` implementations are left out of that case. ``every_case=False``: an
+    implementation runs its first case (both indexings) and the cases a GPU selects it for,
+    not the cases written for another implementation (the suite's default tier).
     """
     from ..compiled import explain
     from ..op import get_op, list_ops
@@ -367,9 +370,12 @@ def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
         for i, case in enumerate(get_op(name).representative(kind)):
             sel = explain(name, *case.inputs, target="opencl -device=gpu", records=False,
                           **case.attrs)
+            chosen = sel.choices[0].impl.name if sel.choices else None
             for cand in sel.candidates:
                 impl = cand.name.rsplit(".", 1)[0]
                 if cand.verdict == "excluded" or impl in case.not_simulated:
+                    continue
+                if not (every_case or impl not in seen or impl == chosen):
                     continue
                 out.append(Task(name, kind, i, impl, "int32"))
                 if full or impl not in seen:
