@@ -76,6 +76,11 @@ SETTINGS: dict[str, Setting] = {
              "Path of Oclgrind's `liboclgrind-rt-icd.so` where it is not in the usual places "
              "(`/usr/lib/oclgrind`, beside the `oclgrind` command); the Oclgrind checks and "
              "`gpucg resources --traffic` load it."),
+        Setting("GPUCG_HOST_KEEP_MEMORY", _parse_bool, lambda: True,
+             "Set to 0 to leave glibc's malloc as it is: by default a compiled model (an ONNX "
+             "model, a graph) running on the numpy target asks it once to serve large arrays "
+             "from its heap and keep freed memory (`mallopt`), so each call reuses mapped pages "
+             "instead of faulting in fresh ones (the process keeps its peak heap)."),
     ]
 }
 

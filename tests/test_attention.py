@@ -375,3 +375,7 @@ def test_bench_quick(capsys):
     assert "prefill S=128" in out and "decode Skv=2048" in out and "TFLOP/s" in out
     from gpucg.benchmarks.lowp import gpu_present
     assert gpu_present() or "not measured on a GPU" in out
+    # sm_90a's plan beside sm_90's where it picks Hopper's kernel (prefill, not decode)
+    hopper = [ln for ln in out.splitlines() if "[flash_wgmma.cuda]" in ln]
+    assert gpu_present() or (len(hopper) == 2 and all("not measured on a GPU" in ln and
+                                                      "sm_90a: " in ln for ln in hopper))

@@ -14,10 +14,12 @@ import gpucg
 from gpucg import var
 from test_attention import applies, run
 from test_attention_mma import DEEP, compiled
+from test_attention_wgmma import compiled as wgmma_twin
 
 B, HQ, HKV, SQ, SKV, D = 1, 2, 1, 4, 1030, 64
 IMPLS = {"numpy": ("numpy_attention",),
-         "opencl": ("attention_simt", "attention_split", "attention_decode", "flash_mma")}
+         "opencl": ("attention_simt", "attention_split", "attention_decode", "flash_mma",
+                    "flash_wgmma")}
 
 
 def _base():
@@ -69,6 +71,8 @@ def _op(target, impl, causal):
         # the twin's default config (one warp): PoCL took over ten minutes to build DEEP's
         # two-warp program with an additive mask from a cold cache (a minute for this one)
         return compiled("float16", D, ((1, 1, SQ, SKV), "float32"), return_lse=True)
+    if impl == "flash_wgmma" and causal:  # test_attention_wgmma's compile, shared (no mask)
+        return wgmma_twin("float16", D, causal=True, return_lse=True)
     return None
 
 

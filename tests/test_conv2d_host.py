@@ -1,9 +1,10 @@
 """The NumPy target's conv2d paths (gpucg/strategies/conv2d_host.py) against a float64
 shift-and-accumulate reference: depthwise channels last by stride phases (strides 1-3,
-asymmetric padding, padding beyond the plane, a plane narrower than the kernel's reach) and by
-contiguous runs of NCHW phase planes (large 3x3 planes at strides 1 and 2, dilation), im2col
-by runs (strides 2 and 4, groups, dilation), depthwise with a channel multiplier, the 1x1
-GEMM path, with the epilogue (bias, activation, residual), special values, an empty batch."""
+asymmetric padding, padding beyond the plane, a plane narrower than the kernel's reach), by a
+window view and by contiguous runs of NCHW phase planes (large 3x3 planes at strides 1 and 2,
+dilation), im2col by runs (strides 2 and 4, groups, dilation, a channels-last result from 32
+outputs), depthwise with a channel multiplier, the 1x1 GEMM path, with the epilogue (bias,
+activation, residual), special values, an empty batch."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ CASES = [  # (n, c, h, w), (o, i, kh, kw), strides, padding, dilation, groups
     ((2, 3, 33, 30), (4, 3, 3, 3), (2, 2), (1, 1, 0, 1), (1, 1), 1),
     ((1, 3, 16, 16), (5, 3, 4, 4), (4, 4), (0, 0, 0, 0), (1, 1), 1),
     ((1, 4, 40, 37), (6, 2, 3, 2), (2, 1), (2, 0, 1, 1), (2, 1), 2),
+    ((2, 3, 17, 15), (32, 3, 3, 3), (2, 2), (1, 1, 0, 1), (1, 1), 1),  # 32 outputs: NHWC
     ((2, 8, 9, 9), (4, 8, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),  # window view: 72 taps
 ]
 
@@ -84,11 +86,42 @@ def test_depthwise_special_values_stay_in_their_windows():
     assert np.isnan(y[0, 0]).sum() == 4 and np.isinf(y[0, 1]).sum() == 4
 
 
-def test_depthwise_weights_read_per_channel_equal_tiled(monkeypatch):
-    """Many channels: the channels-last depthwise reads its weights per channel instead of
-    tiled along a row; the same sums."""
+def test_depthwise_window_equals_the_reference(monkeypatch):
+    """Many channels: the channels-last depthwise over a window view of the padded input (no
+    stride phases) on the phase cases (strides 1-3, asymmetric padding, padding beyond the
+    plane, a 1x1 kernel under stride 3, an empty batch), NCHW and channels-last data."""
     from gpucg.strategies import conv2d_host
 
-    monkeypatch.setattr(conv2d_host, "WIDE_CHANNELS", 1)
-    for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[7:10]:
+    monkeypatch.setattr(conv2d_host, "WINDOW_CHANNELS", 1)
+    monkeypatch.setattr(conv2d_host, "STRIDED_CHANNELS", 1)
+    for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[6:10]:
         test_host_paths_equal_the_reference(xs, ws, strides, padding, dilation, groups)
+        rng = np.random.default_rng(len(xs))
+        x = rng.standard_normal(xs[:1] + xs[2:] + xs[1:2]).astype(np.float32)
+        w = rng.standard_normal(ws).astype(np.float32)
+        y = gpucg.ops.conv2d(x.transpose(0, 3, 1, 2), w, strides=strides, padding=padding,
+                             groups=groups, target="numpy")
+        want = _ref(x.transpose(0, 3, 1, 2), w, strides, padding, dilation, groups)
+        np.testing.assert_allclose(gpucg.to_host(y), want, rtol=1e-5, atol=1e-5)
+    test_depthwise_special_values_stay_in_their_windows()
+
+
+def test_buffers_are_written_before_read(monkeypatch):
+    """Every path's scratch and padded buffers (np.empty, only their borders zeroed) come out
+    the same when np.empty hands back NaN everywhere: no element is read before it is
+    written (a NaN there would reach the output)."""
+    import types
+
+    from gpucg.strategies import conv2d_host
+
+    def empty(shape, dtype=float, *args, **kwargs):
+        return np.full(shape, np.nan, dtype)
+
+    monkeypatch.setattr(conv2d_host, "np", types.SimpleNamespace(
+        **{**{k: getattr(np, k) for k in dir(np) if not k.startswith("__")}, "empty": empty}))
+    for case in CASES:
+        test_host_paths_equal_the_reference(*case)
+    monkeypatch.setattr(conv2d_host, "WINDOW_CHANNELS", 1)
+    monkeypatch.setattr(conv2d_host, "STRIDED_CHANNELS", 1)
+    for case in CASES[:2] + CASES[6:10]:
+        test_host_paths_equal_the_reference(*case)

@@ -178,7 +178,7 @@ def compiled_ops():
 #: calls whose sm_90a kernels (wgmma, TMA: gemm_wgmma and what is built on it) are dumped too
 HOPPER = "cuda -arch=sm_90a"
 HOPPER_CALLS = ["matmul_float16", "dense_bfloat16_residual", "batch_matmul_tf32_transposed",
-                "dense_fp8_per_token"]
+                "dense_fp8_per_token", "attention_gqa_causal"]
 CASES = [(c[0], target) for c in CALLS for target in TARGETS] + [(c, HOPPER) for c in HOPPER_CALLS]
 IDS = [f"{cid}-{target}" for cid, target in CASES]
 

@@ -81,6 +81,19 @@ def test_global_pools(target):
         check("global_max_pool2d", x, target, layout=layout)
 
 
+def test_global_avg_pool_of_channels_last_data(target):
+    """NCHW-shaped views of NHWC memory (a channels-last convolution's result: the host sums
+    each image's rows of channels in one GEMV) and NHWC arrays, 1x1 and odd planes: each
+    plane's mean, NaN and infinities where a plane holds them."""
+    rng = np.random.default_rng(4)
+    for shape in [(2, 7, 9, 5), (3, 1, 1, 4), (1, 13, 11, 16)]:
+        x = make(shape, "float32", rng)
+        x[0, 0, 0, 0], x[-1, -1, -1, -1] = np.nan, np.inf
+        y = check("global_avg_pool2d", x.transpose(0, 3, 1, 2), target)
+        assert np.isnan(y[0, 0, 0, 0]) and np.isinf(y[-1, -1, 0, 0])
+        check("global_avg_pool2d", x, target, layout="NHWC")
+
+
 def test_global_pools_dispatch_as_reductions():
     """NCHW reduces rows (n = H * W), NHWC reduces columns (inner = C)."""
     n, h, w = gpucg.var("n"), gpucg.var("h"), gpucg.var("w")

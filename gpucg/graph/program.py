@@ -16,6 +16,7 @@ import sympy
 from .. import compiled as _compiled
 from ..arrays import asarray, to_host
 from ..runtime import alignment_of, get_backend
+from ..runtime.host_memory import keep_freed_memory
 from ..shape import pyexpr
 from ..strategies.view import reshaped
 from ..target import resolve
@@ -80,6 +81,8 @@ class Program:
 
     def __init__(self, g: Graph, calls: list, target=None):
         self.graph, self.target = g, resolve(target)
+        if self.target.backend == "numpy":  # a model's arrays reuse mapped pages a call
+            keep_freed_memory()
         self.symbols = sorted(g.symbols.values(), key=str)
         self.compiles = 0
         self.steps: list[Step] = []

@@ -198,9 +198,17 @@ def _cases():
               mask=((21,), "float32"), allow_tf32=True),
             # the decode kernel's traffic: each key and value byte read once (GQA packed)
             Case(c((1, 8, 1, 64), (1, 2, 400, 64), "float16", "small", "").inputs, {}, "small",
-                 "decode GQA 8/2", not_simulated=dict.fromkeys(
+                 "decode GQA 8/2", not_simulated=dict(dict.fromkeys(
                      ("attention_simt", "attention_split", "flash_mma"),
-                     "the other cases cover it; here the decode kernel's traffic"))]
+                     "the other cases cover it; here the decode kernel's traffic"),
+                     flash_wgmma="the next case covers it (400 keys through the emulated "
+                                 "wgmma take minutes under Oclgrind)")),
+            # Hopper's twin (float16, D = 64): one key tile, masked (causal, past the keys)
+            Case(c((1, 2, 3, 64), (1, 1, 13, 64), "float16", "small", "").inputs,
+                 {"causal": True}, "small", "flash_wgmma, one key tile",
+                 not_simulated=dict.fromkeys(
+                     ("attention_simt", "attention_split", "attention_decode", "flash_mma"),
+                     "the other cases cover it; here Hopper's twin"))]
 
 
 register_op("attention", attrs=AttentionAttrs, num_inputs=4, optional_inputs=1,

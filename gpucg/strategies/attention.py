@@ -10,6 +10,8 @@ generated dispatcher, so one compiled attention serves prefill and decode):
                    across work-groups (flash-decoding), each writing a normalized partial output
                    and its log-sum-exp, and a second kernel combines them by their
                    log-sum-exps; the number of splits fills the GPU's multiprocessors twice.
+  flash_wgmma      (sm_90a, float16/bfloat16, D 64/128) Hopper's wgmma, TMA and mbarriers,
+                   warp-specialized, plevel 18 (strategies/attention_wgmma.py); OpenCL twin: 1.
   flash_mma        (CUDA, float16/bfloat16, float32 with allow_tf32) tensor cores, plevel 15
                    (strategies/attention_mma.py); on OpenCL its emulated twin at plevel 1.
   attention_simt   any sizes: one work-group a tile of query rows, keys and values streamed
@@ -33,7 +35,7 @@ from ..ops.attention import dims, softmax_scale
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from ..strategy import Strategy
-from . import attention_decode, attention_mma
+from . import attention_decode, attention_mma, attention_wgmma
 from .attention_args import common_args, heads, named, outputs
 from .gemm_tile import sm_count
 
@@ -152,6 +154,7 @@ def gpu_strategy(attrs, inputs, outputs, target):
     s.add(ATTENTION_SPLIT, 20, condition=sympy.And(sympy.Le(sq, DECODE_SQ_MAX),
                                                    sympy.Ge(skv, DECODE_SKV_MIN)),
           space=space, fixed=params, info=info)
+    attention_wgmma.offer(s, q.dtype, d, params, info, target)
     attention_mma.offer(s, q.dtype, attrs.allow_tf32, d, params, info, target)
     s.add(ATTENTION_SIMT, 10, space=space, fixed=params, info=info)
     return s

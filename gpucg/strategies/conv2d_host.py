@@ -15,9 +15,13 @@ that touches memory least, in blocks that stay in cache.
   operators and a transpose to NHWC (ConvNeXt's) read without a copy. NCHW data with large
   planes and small kernels (56x56 and up, 3x3), where the transposes cost more than they
   save, and dilated kernels stay NCHW: a multiply-add per tap over a block of channels of one
-  image, through one scratch buffer (the output block stays in cache).
+  image, through one scratch buffer (the output block stays in cache). Many channels (480 at
+  stride 1, 64 at stride 2), where a row of channels is a long run already: no phases, one
+  einsum a block of output rows over a window view of the padded NHWC input.
 - few taps a column (a stem's 3x3 over 3 channels, a 4x4 patchify): im2col by runs, each
-  tap's columns one contiguous run of its stride phase, then a GEMM a group per image.
+  tap's columns one contiguous run of its stride phase, then a GEMM a group per image (one
+  group and 32 outputs or more: the result channels last, so the layers after a stem never
+  transpose).
 - the rest: im2col by a strided window view, one matmul per group.
 The bias, activation and residual then run in the epilogue (gpucg.ops.conv2d.epilogue).
 """
@@ -43,11 +47,19 @@ DEPTHWISE_BYTES = 128 << 10
 #: transposes to channels last would cost more than they save (measured at MobileNet and
 #: EfficientNet layers: 0.75-0.9x the channels-last time there, 1.5-3x below)
 PLANE_RUN = 56 * 56
-#: from this many channels the channels-last depthwise reads its weights per channel (inner
-#: runs of c), below it tiled along a row (inner runs of pw * c): measured at MobileNet,
-#: EfficientNet and ConvNeXt layers, tiled 1.1-3x faster up to 384 channels, per channel
-#: 1.1-1.2x faster from 576 at 7x7
-WIDE_CHANNELS = 512
+#: channels-last depthwise layers with this many channels (stride 1) or STRIDED_CHANNELS
+#: (a stride above 1) take the window view of the padded input (:func:`_depthwise_window`,
+#: inner runs of c channels) instead of the stride phases' runs of a row: measured at
+#: EfficientNet-B0 and MobileNetV3 layers (benchmarks/results/*depthwise-window*), stride 2
+#: from 72 channels 0.3-0.8x the phases' time (their strided copy cost as much as the sums;
+#: 16 channels 2.3x), stride 1 from 480 channels 0.7-0.96x (144 channels: 1.5x)
+WINDOW_CHANNELS, STRIDED_CHANNELS = 480, 64
+#: the output bytes of one block of output rows of im2col by runs with one group (L2-sized)
+RUNS_BLOCK_BYTES = 256 << 10
+#: im2col by runs writes channels last from this many output channels (one group): the
+#: depthwise layer after a stem reads channels-last data faster from 32 channels (EfficientNet-
+#: B0's 32: 0.7x its NCHW planes' time), NCHW planes below (MobileNetV3's 16: 0.75x)
+RUNS_LAST_CHANNELS = 32
 #: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
 #: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
 #: runs; with more taps the GEMM dominates and both copies cost alike
@@ -73,8 +85,10 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
     if i == 1 and g > 1 and o == g:
         planes = dh != 1 or dw != 1 or (not last and kh * kw <= 9 and
                                         oh * (ow + (kw - 1) // sw) >= PLANE_RUN)
-        y = (_depthwise if planes else _depthwise_channels_last)(
-            x, w, pads, oh, ow, strides, dilation, acc)
+        window = c >= (WINDOW_CHANNELS if sh == sw == 1 else STRIDED_CHANNELS)
+        y = (_depthwise(x, w, pads, oh, ow, strides, dilation, acc) if planes else
+             _depthwise_window(x, w, pads, oh, ow, strides, acc) if window else
+             _depthwise_channels_last(x, w, pads, oh, ow, strides, acc))
     elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads) and last:
         # (n, h*w, c) @ (c, o): the NHWC result of a GEMM with the weights read transposed
         y = np.matmul(x.transpose(0, 2, 3, 1).reshape(n, h * wd, c), w.reshape(o, c).T)
@@ -101,7 +115,9 @@ def _padded(x, pads, acc):
     if not any(pads):
         return x
     n, c, h, wd = x.shape
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), acc)
+    xp = np.empty((n, c, h + pt + pb, wd + pl + pr), acc)  # zeros on the borders only
+    xp[:, :, :pt], xp[:, :, pt + h:] = 0, 0
+    xp[:, :, pt:pt + h, :pl], xp[:, :, pt:pt + h, pl + wd:] = 0, 0
     xp[:, :, pt:pt + h, pl:pl + wd] = x
     return xp
 
@@ -147,7 +163,9 @@ def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
     (n, ph + 1, pw, c) ``channels_last``. Only the phases in ``used`` (None: all) are filled."""
     n, c, h, wd = x.shape
     (sh, sw), (pt, pl) = strides, pads[:2]
-    out = np.zeros((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
+    # not np.zeros: only the borders no input lands on are written twice over otherwise (the
+    # host keeps freed memory, so a fresh buffer is no longer zero pages for free)
+    out = np.empty((sh, sw) + ((n, ph + 1, pw, c) if channels_last else (n, c, ph + 1, pw)), acc)
     for a in range(sh):
         for b in range(sw):
             if used is not None and (a, b) not in used:
@@ -156,14 +174,14 @@ def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
             r0, c0 = a + i0 * sh - pt, b + j0 * sw - pl
             src = x[:, :, r0::sh, c0::sw][:, :, :max(0, ph - i0), :max(0, pw - j0)]
             hi, wi = src.shape[2:]
-            if channels_last:
-                out[a, b, :, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
-            else:
-                out[a, b, :, :, i0:i0 + hi, j0:j0 + wi] = src
+            p = out[a, b] if channels_last else out[a, b].transpose(0, 2, 3, 1)  # NHWC view
+            p[:, :i0], p[:, i0 + hi:] = 0, 0
+            p[:, i0:i0 + hi, :j0], p[:, i0:i0 + hi, j0 + wi:] = 0, 0
+            p[:, i0:i0 + hi, j0:j0 + wi] = src.transpose(0, 2, 3, 1)
     return out
 
 
-def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
+def _depthwise_channels_last(x, w, pads, oh, ow, strides, acc):
     """Depthwise (dilation 1) by phases (see :func:`_phases`): tap (r, q) of the kernel reads
     phase (r % sh, q % sw) at offset (r // sh, q // sw), a stride-1 window; all the taps of
     a phase are one einsum over a strided view, whose rows are whole rows of the padded phase
@@ -179,14 +197,12 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
         return np.zeros((n, c, oh, ow), acc)
     phase = _phases(x, pads, ph, pw, strides, acc, channels_last=True)
     it, run = acc.itemsize, pw * c
-    tiled = c < WIDE_CHANNELS
-    taps = []  # (a, b, the phase's taps' weights: (kr, kq, run) tiled, else (kr, kq, c))
+    taps = []  # (a, b, the phase's taps' weights tiled along a row: (kr, kq, run))
     for a in range(min(sh, kh)):
         for b in range(min(sw, kw)):
             k = w[:, 0, a::sh, b::sw].transpose(1, 2, 0)  # (kr, kq, c)
             taps.append((a, b, np.ascontiguousarray(np.broadcast_to(
-                k[:, :, None, :], k.shape[:2] + (pw, c))).reshape(k.shape[0], k.shape[1], run)
-                if tiled else np.ascontiguousarray(k)))
+                k[:, :, None, :], k.shape[:2] + (pw, c))).reshape(k.shape[0], k.shape[1], run)))
     rows = max(1, min(oh, DEPTHWISE_BYTES // (it * run)))
     acc_rows, tmp = np.empty((rows, run), acc), np.empty((rows, run), acc)
     for img in range(n):
@@ -198,14 +214,43 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, dilation, acc):
                 view = np.lib.stride_tricks.as_strided(
                     base, shape=k.shape[:2] + (m, run), strides=(run * it, c * it, run * it, it))
                 dst = out if t == 0 else tmp[:m]
-                if tiled:
-                    np.einsum("rqmx,rqx->mx", view, k, out=dst)
-                else:
-                    np.einsum("rqmpc,rqc->mpc", view.reshape(k.shape[:2] + (m, pw, c)), k,
-                              out=dst.reshape(m, pw, c))
+                np.einsum("rqmx,rqx->mx", view, k, out=dst)
                 if t:
                     out += dst
             y[img, i0:i0 + m] = out.reshape(m, pw, c)[:, :ow]  # the rows' own columns
+    return y.transpose(0, 3, 1, 2)
+
+
+def _depthwise_window(x, w, pads, oh, ow, strides, acc):
+    """Depthwise (dilation 1) as one einsum a block of output rows of one image over a window
+    view of the zero-padded NHWC input: output (i, j) of tap (r, q) reads padded row
+    i * sh + r, column j * sw + q; inner runs of c channels, against the weights tiled along
+    an output row. One copy of the input (into the padded buffer), where stride phases make
+    a strided copy of it. Returns the NHWC result as an NCHW-shaped view."""
+    n, c, h, wd = x.shape
+    kh, kw = w.shape[2:]
+    (sh, sw), (pt, pl) = strides, pads[:2]
+    y = np.empty((n, oh, ow, c), acc)
+    if y.size == 0:
+        return y.transpose(0, 3, 1, 2)
+    hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw  # the padded rows and columns read
+    xp = np.empty((n, hp, wp, c), acc)
+    hi, wi = max(0, min(h, hp - pt)), max(0, min(wd, wp - pl))  # the input's part read
+    xp[:, :pt], xp[:, pt + hi:] = 0, 0
+    xp[:, pt:pt + hi, :pl], xp[:, pt:pt + hi, pl + wi:] = 0, 0
+    xp[:, pt:pt + hi, pl:pl + wi] = x.transpose(0, 2, 3, 1)[:, :hi, :wi]
+    k = np.ascontiguousarray(np.broadcast_to(w[:, 0].transpose(1, 2, 0)[:, :, None, :],
+                                             (kh, kw, ow, c)))
+    it = acc.itemsize
+    rs = wp * c * it  # a padded row's bytes
+    rows = max(1, min(oh, DEPTHWISE_BYTES // (it * ow * c)))
+    for img in range(n):
+        for i0 in range(0, oh, rows):
+            m = min(rows, oh - i0)
+            view = np.lib.stride_tricks.as_strided(
+                xp[img, i0 * sh:], shape=(kh, kw, m, ow, c),
+                strides=(rs, c * it, sh * rs, sw * c * it, it))
+            np.einsum("rqmjc,rqjc->mjc", view, k, out=y[img, i0:i0 + m])
     return y.transpose(0, 3, 1, 2)
 
 
@@ -233,9 +278,12 @@ def _taps(kh, kw, pw, strides, dilation) -> list:
 def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
     """im2col by runs: each tap's columns for every channel are one contiguous run of its
     stride phase's plane (see :func:`_phases`), copied whole into the (c*kh*kw, oh*pw)
-    matrix of one image; one (o/g x K) @ (K x oh*pw) GEMM a group, whose pw - ow extra
-    columns a row are dropped as the result is stored. The window view's copy it replaces
-    gathers the columns element by element (strided at stride 2)."""
+    matrix of one image; one GEMM a group, whose pw - ow extra columns a row are dropped as
+    the result is stored. The window view's copy it replaces gathers the columns element by
+    element (strided at stride 2). One group and RUNS_LAST_CHANNELS outputs (a stem, a
+    patchify): (rows x K) @ (K x o) GEMMs over blocks of output rows, the result channels last
+    (the depthwise and pointwise layers after a stem then read it as it lies: no transposes);
+    else (o/g x K) @ (K x oh*pw) a group, NCHW."""
     n, c = x.shape[:2]
     o, i, kh, kw = w.shape
     g = c // i
@@ -245,15 +293,28 @@ def _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc):
     phase = _phases(x, pads, ph, pw, strides, acc, False, {t[:2] for t in taps})
     run, plane = oh * pw, (ph + 1) * pw
     wm = w.reshape(g, o // g, i * kh * kw)
-    y = np.empty((n, o, oh, ow), acc)
     cols = np.empty((c, kh, kw, run), acc)
-    wide = np.empty((g, o // g, run), acc)
+    last = g == 1 and o >= RUNS_LAST_CHANNELS
+    if last:
+        y = np.empty((n, oh, ow, o), acc)
+        rows = max(1, min(oh, RUNS_BLOCK_BYTES // (acc.itemsize * pw * max(1, o))))
+        wide = np.empty((rows * pw, o), acc)
+        cm, wt = cols.reshape(i * kh * kw, run), wm[0].T
+    else:
+        y = np.empty((n, o, oh, ow), acc)
+        wide = np.empty((g, o // g, run), acc)
     for b in range(n):
         for a, e, start, r, q in taps:
             cols[:, r, q] = phase[a, e, b].reshape(c, plane)[:, start:start + run]
-        np.matmul(wm, cols.reshape(g, i * kh * kw, run), out=wide)
-        y[b] = wide.reshape(o, oh, pw)[:, :, :ow]
-    return y
+        if not last:
+            np.matmul(wm, cols.reshape(g, i * kh * kw, run), out=wide)
+            y[b] = wide.reshape(o, oh, pw)[:, :, :ow]
+            continue
+        for i0 in range(0, oh, rows):
+            m = min(rows, oh - i0)
+            np.matmul(cm[:, i0 * pw:(i0 + m) * pw].T, wt, out=wide[:m * pw])
+            y[b, i0:i0 + m] = wide[:m * pw].reshape(m, pw, o)[:, :ow]
+    return y.transpose(0, 3, 1, 2) if last else y
 
 
 def _im2col(xp, w, n, g, oh, ow, strides, dilation, acc):

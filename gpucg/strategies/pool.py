@@ -142,6 +142,15 @@ def _global_host_run(ctx):
     if op == "max":
         return np.max(x, axis=axes, keepdims=True)
     acc = np.float64 if x.dtype == np.float64 else np.float32
+    nhwc = x if ctx.attrs.layout == "NHWC" else x.transpose(0, 2, 3, 1)
+    if x.dtype == acc and x.size and nhwc.flags.c_contiguous:
+        # channels innermost (channels-last data: a MobileNet's or EfficientNet's squeeze and
+        # excite): np.mean adds rows of c channels, a short inner loop a pixel (10x a GEMV's
+        # time at 16 channels); one ones-vector product per image sums them in BLAS instead
+        n, h, w, c = nhwc.shape
+        s = np.matmul(np.ones(h * w, acc), nhwc.reshape(n, h * w, c))
+        s /= acc(h * w)
+        return s.reshape((n, 1, 1, c) if ctx.attrs.layout == "NHWC" else (n, c, 1, 1))
     return np.mean(x, axis=axes, keepdims=True, dtype=acc).astype(x.dtype)
 
 
