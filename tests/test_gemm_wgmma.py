@@ -203,24 +203,33 @@ def test_sm_90a_kernels_in_sass(sass_or_skip, every):
     """The kernels selected for dense 4096^3 (f16, bf16, TF32) and a batched matmul: HGMMA,
     UTMALDG, UTMASTG, SYNCS, setmaxnreg honoured (no C7508), no local memory, more than
     128 KiB of dynamic shared memory."""
-    from gpucg.verify import sass
-
     for f in _sources(every):
         assert f.selection.choices[0].impl.name == "gemm_wgmma.cuda"
         spec = f.specs(0)["gemm"]
         assert spec.dynamic_local > 128 * 1024 or f.op.name == "matmul"  # a smaller tile fills the SMs
-        for key, src in f.sources.items():
-            if key.endswith("@i64"):
-                continue
-            cubin, log = nvrtc.compile_to_cubin(src, "sm_90a")
-            assert "C7508" not in log and "0 bytes stack frame" in log, log
-            assert "0 bytes spill stores" in log, log
-            listed = [o.split(".")[0] for o in sass.parse_sass(sass.disassemble(cubin))[spec.entry]]
-            ops = set(listed)
-            print(key, {o: listed.count(o) for o in ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS")},
-                  spec.dynamic_local, "B dynamic shared memory")
+        for key, ops in sm_90a_ops(f, "gemm", ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS")).items():
             assert {"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG"} <= ops, key
             assert not ops & {"LDL", "STL", "HMMA"}, key
+
+
+def sm_90a_ops(f, kernel: str, counted) -> dict:
+    """{source key: the SASS opcodes of ``kernel``} of compiled op ``f``'s 32-bit-index sources
+    compiled for sm_90a, each asserted to honour setmaxnreg (no C7508) with no stack frame and
+    no spills; prints the counts of the opcodes ``counted`` and the dynamic shared memory."""
+    from gpucg.verify import sass
+
+    spec, out = f.specs(0)[kernel], {}
+    for key, src in f.sources.items():
+        if key.endswith("@i64"):
+            continue
+        cubin, log = nvrtc.compile_to_cubin(src, "sm_90a")
+        assert "C7508" not in log and "0 bytes stack frame" in log, log
+        assert "0 bytes spill stores" in log, log
+        listed = [o.split(".")[0] for o in sass.parse_sass(sass.disassemble(cubin))[spec.entry]]
+        print(key, {o: listed.count(o) for o in counted}, spec.dynamic_local,
+              "B dynamic shared memory")
+        out[key] = set(listed)
+    return out
 
 
 def test_launches_on_the_stand_in(nvrtc_or_skip):

@@ -4,7 +4,8 @@ capability record lists "simd"): each block's extreme by 32-byte vectors with a 
 values (the first NaN wins, ties take the lowest index, -0.0 equals +0.0, infinities, a probe
 that overflows or meets both infinities without a NaN), rows shorter than a vector, at and
 across block edges, float64 (4 lanes) and integers (no probe); under Oclgrind with zero
-reports; absent from CUDA's space, whose dialect has no vector arithmetic."""
+reports; absent from CUDA's space, whose dialect has no vector arithmetic. The CPU's column
+kernels step unroll_rows rows at a time (their loads in flight together), kept in row order."""
 
 import json
 
@@ -97,6 +98,27 @@ def test_blocks_across_work_items_and_chunks():
                                              chunk_items=16, groups=4096))
 
 
+def test_columns_rows_a_step():
+    """reduce_cols with unroll_rows > 1: a tail of rows, whole and partial column blocks,
+    ties and NaN down a column (the first index), rows split in chunks."""
+    backend_or_skip("opencl")
+    x = _rows(7, "float32").T.copy()  # (7, 12): columns of the special rows
+    y = np.random.default_rng(2).standard_normal((1031, 130)).astype(np.float32)
+    y[5, 3] = y[900, 3] = 40.0
+    y[600, 129] = np.nan
+    whole = dict(tx=1, ty=1, vec=128, vw=1, chunk_items=256, groups=8, unroll_rows=4)
+    split = dict(tx=1, ty=4, vec=16, vw=1, chunk_items=16, groups=4096, unroll_rows=8)
+    for op, data, config in [("argmax", x, whole), ("argmin", x, whole), ("argmax", y, whole),
+                             ("sum", y, whole), ("argmin", y, split)]:
+        f = gpucg.compile(op, gpucg.tensor(data.shape), axis=0, target=CPU, impl="reduce_cols",
+                          config=config, records=False)
+        want = getattr(np, op)(data, axis=0)
+        if op == "sum":
+            np.testing.assert_allclose(f(data), want, rtol=1e-5, atol=1e-4)
+        else:
+            assert f(data).tolist() == want.tolist(), (op, config, data.shape)
+
+
 def test_cuda_has_no_simd():
     f = gpucg.compile("argmax", gpucg.tensor((256, 32000), "float32"), axis=-1, target="cuda")
     assert "simd" not in f.selection.choices[0].config
@@ -123,11 +145,16 @@ for op, impl, config in [
     f = gpucg.compile(op, gpucg.tensor(x.shape), axis=1, target="opencl", impl=impl,
                       config=config, records=False)
     out.append(f(x).tolist() == getattr(np, op)(x, axis=1).tolist())
+c = x[:, :41].T.copy()
+f = gpucg.compile("argmax", gpucg.tensor(c.shape), axis=0, target="opencl", impl="reduce_cols",
+                  config=dict(tx=1, ty=4, vec=16, vw=1, chunk_items=16, groups=8, unroll_rows=4),
+                  records=False)
+out.append(f(c).tolist() == np.argmax(c, axis=0).tolist())
 print(json.dumps(out))
 """
 
 
 def test_vector_search_under_oclgrind(oclgrind_or_skip, tmp_path):
     done, reports = under_oclgrind(OCLGRIND, tmp_path)
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, True]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [True, True, True]
     assert not reports, "\n\n".join(r.text for r in reports)

@@ -93,8 +93,45 @@ class Operand:
                                elem_bytes=self.elem_bytes)
 
 
+class TmaRing:
+    """What a geometry of a TMA ring shares (WgmmaGemm, attention's FlashWgmma): a subclass
+    gives ``plan`` (a SmemPlan with a "bars" tile: stage s's full and empty mbarriers at
+    ``16 * s`` and ``16 * s + 8`` in it) and ``pipe``."""
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.plan.stage_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """The dynamic shared memory a launch gives: the plan, and 1024 bytes of alignment."""
+        return self.plan.bytes + 1024
+
+    def off(self, name: str) -> int:
+        return self.plan.offset(name)
+
+    def full(self, stage) -> str:
+        """The C address (less the base) of stage ``stage``'s full barrier (int or C name)."""
+        return self._bar(stage, 0)
+
+    def empty(self, stage) -> str:
+        return self._bar(stage, 8)
+
+    def _bar(self, stage, at: int) -> str:
+        base = self.off("bars") + at
+        if not isinstance(stage, str):
+            return str(base + 16 * stage)
+        return f"{base} + ({stage} << 4)" if base else f"({stage} << 4)"
+
+    def descriptor(self, op: Operand, start: str, d) -> str:
+        """The C descriptor of ``op`` whose tile starts at shared address ``start``, in
+        dialect ``d``'s 64-bit spelling."""
+        lbo, sbo = op.strides
+        return hl.descriptor(start, lbo, sbo, SWIZZLE, u64=d.utype(64), suffix=d.u64_suffix)
+
+
 @dataclass(frozen=True)
-class WgmmaGemm:
+class WgmmaGemm(TmaRing):
     kind: str
     bm: int
     bn: int
@@ -156,35 +193,10 @@ class WgmmaGemm:
                   SmemTile("B", self.B.bytes // SWIZZLE, SWIZZLE, 1, align=1024))
         return SmemPlan(tiles=tiles, staged=staged, stages=self.stages)
 
-    @property
-    def stage_bytes(self) -> int:
-        return self.plan.stage_bytes
-
-    @property
-    def smem_bytes(self) -> int:
-        """The dynamic shared memory a launch gives: the plan, and 1024 bytes of alignment."""
-        return self.plan.bytes + 1024
-
     @functools.cached_property
     def pipe(self) -> Pipeline:
         """The ring's stage and phase arithmetic: each stage completes on A's and B's bytes."""
         return Pipeline(self.stages, self.consumers, self.A.bytes + self.B.bytes)
-
-    def off(self, name: str) -> int:
-        return self.plan.offset(name)
-
-    def full(self, stage) -> str:
-        """The C address (less the base) of stage ``stage``'s full barrier (int or C name)."""
-        return self._bar(stage, 0)
-
-    def empty(self, stage) -> str:
-        return self._bar(stage, 8)
-
-    def _bar(self, stage, at: int) -> str:
-        base = self.off("bars") + at
-        if not isinstance(stage, str):
-            return str(base + 16 * stage)
-        return f"{base} + ({stage} << 4)" if base else f"({stage} << 4)"
 
     def epi(self, consumer, buf: int) -> str:
         """The C offset of staging buffer ``buf`` (0, 1) of consumer ``consumer`` (int or C)."""
@@ -192,12 +204,6 @@ class WgmmaGemm:
         if isinstance(consumer, int):
             return str(base + consumer * 2 * 64 * SWIZZLE)
         return f"{base} + ({consumer} << 14)"
-
-    def descriptor(self, op: Operand, start: str, d) -> str:
-        """The C descriptor of ``op`` whose tile starts at shared address ``start``, in
-        dialect ``d``'s 64-bit spelling."""
-        lbo, sbo = op.strides
-        return hl.descriptor(start, lbo, sbo, SWIZZLE, u64=d.utype(64), suffix=d.u64_suffix)
 
     def consumer_offset(self, op: Operand) -> int:
         """Bytes from A's tile to the 64 rows of the next consumer (A only)."""

@@ -13,7 +13,10 @@ registers (exp2, row maxima and sums across a quad by shuffles; the causal and k
 only on the tiles that reach past the keys or the consumer's diagonal), then O += P V with P
 from registers (the RS form of wgmma: S's accumulators 8j..8j+7 of a thread are the A
 fragment of keys 16j.., packed to f16/bf16 pairs) and V an MN-major operand of N = D, and
-releases the stage. GQA maps a query head to its KV head in the TMA coordinates. The OpenCL
+releases the stage. Two consumers take turns at the tensor cores (``pingpong``,
+FlashAttention-3's schedule: named barriers 8 + c hand a consumer's burst of O += P V of one
+tile and S of the next to the other, so its softmax runs under the other's products). GQA
+maps a query head to its KV head in the TMA coordinates. The OpenCL
 twin runs the roles in one legal order of the same protocol (gemm_wgmma's twin).
 
 Offered where the capability record has wgmma (sm_90a: plevel 18, above flash_mma's 15 and
@@ -31,13 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..codegen import register_geometry
-from ..codegen import hopper_layouts as hl
 from ..codegen.mbarrier import MBARRIER_BYTES, Pipeline
 from ..codegen.shuffle import SHFL_WORDS
 from ..codegen.smem import SmemPlan, SmemTile
 from ..codegen.tma import TensorMap
 from ..codegen.wgmma import wgmma_atom
-from ..codegen.wgmma_core import CONSUMER_REGS, PRODUCER_REGS, SWIZZLE, Operand
+from ..codegen.wgmma_core import CONSUMER_REGS, PRODUCER_REGS, SWIZZLE, Operand, TmaRing
 from ..implementation import Kernel, kernel_impl
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
@@ -50,12 +52,12 @@ PLEVEL_CUDA = 18
 FEATURE = "wgmma"
 HEAD_DIMS = (64, 128)
 KINDS = {"float16": "f16", "bfloat16": "bf16"}
-REGS = (PRODUCER_REGS, CONSUMER_REGS)
 
 
 @dataclass(frozen=True)
-class FlashWgmma:
-    """One config's tiles, barriers and shared-memory plan (the template renders this)."""
+class FlashWgmma(TmaRing):
+    """One config's tiles, barriers and shared-memory plan (the template renders this); the
+    ring's offsets, barriers and descriptors are wgmma_core.TmaRing's."""
 
     kind: str
     d: int
@@ -76,6 +78,11 @@ class FlashWgmma:
     @property
     def eb(self) -> int:
         return self.atom_s.elem_bytes
+
+    @property
+    def regs(self) -> tuple:
+        """Registers a thread keeps after setmaxnreg: (producer, consumers), the GEMM core's."""
+        return PRODUCER_REGS, CONSUMER_REGS
 
     @property
     def bq(self) -> int:
@@ -105,43 +112,15 @@ class FlashWgmma:
                   SmemTile("V", self.V.bytes // SWIZZLE, SWIZZLE, 1, align=1024))
         return SmemPlan(tiles=(bars, q), staged=staged, stages=self.stages)
 
-    @property
-    def stage_bytes(self) -> int:
-        return self.plan.stage_bytes
-
-    @property
-    def smem_bytes(self) -> int:
-        """The dynamic shared memory a launch gives: the plan, and 1024 bytes of alignment."""
-        return self.plan.bytes + 1024
-
     @functools.cached_property
     def pipe(self) -> Pipeline:
         """The ring of K and V tiles: each stage completes on both tiles' bytes."""
         return Pipeline(self.stages, self.consumers, self.K.bytes + self.V.bytes)
 
-    def off(self, name: str) -> int:
-        return self.plan.offset(name)
-
-    def full(self, stage) -> str:
-        return self._bar(stage, 0)
-
-    def empty(self, stage) -> str:
-        return self._bar(stage, 8)
-
-    def _bar(self, stage, at: int) -> str:
-        base = self.off("bars") + at
-        if not isinstance(stage, str):
-            return str(base + 16 * stage)
-        return f"{base} + ({stage} << 4)" if base else f"({stage} << 4)"
-
     @property
     def qbar(self) -> int:
         """The offset of the q tile's mbarrier (after the ring's pairs)."""
         return self.off("bars") + 16 * self.stages
-
-    def descriptor(self, op: Operand, start: str, d) -> str:
-        lbo, sbo = op.strides
-        return hl.descriptor(start, lbo, sbo, SWIZZLE, u64=d.utype(64), suffix=d.u64_suffix)
 
     def kstep(self, op: Operand, var: str) -> str:
         """The C byte offset in ``op``'s tile of k-step ``var``'s descriptor start (16 of K a
@@ -183,7 +162,8 @@ def config_geometry(p) -> FlashWgmma:
 
 
 def space(kind: str, d: int, small: bool, limit: int) -> ConfigSpace:
-    """consumers (warpgroups of 64 query rows), bkv (keys a tile), stages of the ring. The GPU's
+    """consumers (warpgroups of 64 query rows), bkv (keys a tile), stages of the ring, pingpong
+    (two consumers take turns at the tensor cores, FlashAttention-3's schedule). The GPU's
     default: two consumers, 128 keys, the deepest ring up to 3 that fits (2 at D = 128 f16:
     over 128 KiB); the twin's: one consumer, 16 keys, 2 stages (emulated warpgroups are slow:
     Oclgrind simulates a tile of 16 keys in half the time of 32; at D = 64 it fits Oclgrind's 48
@@ -191,13 +171,14 @@ def space(kind: str, d: int, small: bool, limit: int) -> ConfigSpace:
     def why(c):
         return geometry(kind, d, c["consumers"], c["bkv"], c["stages"]).why_not(limit)
 
-    default = {"consumers": 1, "bkv": 16, "stages": 2}
+    default = {"consumers": 1, "bkv": 16, "stages": 2, "pingpong": 1}
     if not small:
-        default = {"consumers": 2, "bkv": 128, "stages": 2}
+        default = {"consumers": 2, "bkv": 128, "stages": 2, "pingpong": 1}
         for st in (3,) if d <= 64 else ():
             if not why(dict(default, stages=st)):
                 default["stages"] = st
-    knobs = {"consumers": (1, 2), "bkv": (16, 32, 64, 128), "stages": (2, 3, 4)}
+    knobs = {"consumers": (1, 2), "bkv": (16, 32, 64, 128), "stages": (2, 3, 4),
+             "pingpong": (0, 1)}
     return ConfigSpace(knobs, default, why=why)
 
 

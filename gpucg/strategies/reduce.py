@@ -18,7 +18,8 @@ GPU implementations, by plevel (conditions on the symbolic sizes, checked at run
 The warp and group reductions meet in local memory with barriers, not sub-group shuffles:
 cl_khr_subgroups is not portable (PoCL on CPUs and Oclgrind lack it), and one template serves
 CUDA and OpenCL. On an OpenCL CPU device (PoCL) the same kernels run with one work-item per
-row or column, each streaming its own run of memory. The host target runs NumPy itself.
+row or column, each streaming its own run of memory (argmax/argmin search their blocks by
+256-bit vectors, a column kernel folds 4 rows a step); the host target runs NumPy itself.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ def _spaces(on_cpu: bool, vw: int, simd: int = 1) -> dict:
     kernels' vw: elements a 128-bit load brings (vw elements of the input's dtype in 16
     bytes on GPUs; 1: scalar loads, the CPU's default). simd > 1 (argmax/argmin where the
     target has vector arithmetic): the row kernels' own space, whose two-pass search takes
-    blocks simd elements a vector (the CPU's default: 256-bit vectors, unroll of them)."""
+    blocks simd elements a vector (the CPU's default: 256-bit vectors, unroll of them; the
+    one-pass kernels, two_pass=False, ignore it)."""
     # two_pass: argmax/argmin find each block's extreme value, then its first index where the
     # block beats the best so far (a CPU vectorizes that; a GPU tracks indices in one pass)
     vws = tuple(sorted({1, vw}))
@@ -197,7 +199,8 @@ def _spaces(on_cpu: bool, vw: int, simd: int = 1) -> dict:
             "two_pass": (False, True), "vw": vws, **simds}
     split = {**rows, "chunk_items": (16, 64, 4096), "groups": (8, 256, 1024, 4096)}
     cols = {"tx": (1, 16, 32, 64), "ty": (1, 4, 8, 16), "vec": (1, 2, 4, 8, 16, 64, 128, 256),
-            "chunk_items": (16, 256), "groups": (8, 256, 1024, 4096), "vw": vws}
+            "chunk_items": (16, 256), "groups": (8, 256, 1024, 4096), "vw": vws,
+            "unroll_rows": (1, 2, 4, 8)}
     # a work-group of at most 1024 work-items, and its tree in at most 32 KiB of local memory;
     # vw > 1: a work-item's vec columns are whole 128-bit loads, at most 16 values a row
     def fits(c):
@@ -208,21 +211,21 @@ def _spaces(on_cpu: bool, vw: int, simd: int = 1) -> dict:
         # simd: four 256-bit vectors in flight (8 accumulators of scalars otherwise)
         d_rows = {"wg": 1, "unroll": 4 if simds else 8, "two_pass": True, "vw": 1,
                   **({"simd": simd} if simds else {})}
-        d_cols = {"tx": 1, "ty": 1, "vec": 128, "vw": 1}
+        d_cols = {"tx": 1, "ty": 1, "vec": 256, "vw": 1, "unroll_rows": 4}
         d_split = dict(d_rows, chunk_items=4096, groups=8)
         d_cols.update(chunk_items=256, groups=8)
     else:
         d_rows = {"wg": 256, "unroll": 2, "two_pass": False, "vw": vw, **{k: 1 for k in simds}}
         # a column block of 32 work-items x one 128-bit load (8-bit types: two scalars)
         cvw = vw if vw <= 8 else 1
-        d_cols = {"tx": 32, "ty": 8, "vec": max(2, cvw), "vw": cvw}
+        d_cols = {"tx": 32, "ty": 8, "vec": max(2, cvw), "vw": cvw, "unroll_rows": 1}
         d_split = dict(d_rows, chunk_items=16, groups=1024)
         d_cols.update(chunk_items=16, groups=1024)
     # the passes reduce separate runs of axes, without splitting a pass (no argmax either)
     passes = {"wg": rows["wg"], "unroll": rows["unroll"], "tx": cols["tx"], "ty": cols["ty"],
               "vec": cols["vec"], "vw": vws}
     def scalar_find(c):  # the two-pass search loads by vw = 1 (simd: vectors of its own)
-        return (c["vw"] == 1 or not c["two_pass"]) and (c.get("simd", 1) == 1 or c["two_pass"])
+        return c["vw"] == 1 or not c["two_pass"]
 
     return {
         "warp": ConfigSpace({"wg": (64, 128, 256), "lanes": (4, 8, 16, 32), "unroll": (1, 2, 4),
@@ -267,7 +270,7 @@ def gpu_strategy_for(op: str, axes_of):
         # float16 and bfloat16 are storage only: the kernels load and store float32 values
         params = dict(op=op, in_dtype=_value(x.dtype), acc_dtype=acc, out_dtype=_value(y.dtype),
                       in_half=half_format(x.dtype), out_half=half_format(y.dtype),
-                      two_pass=False, block=ARG_BLOCK, vw=1, simd=1)
+                      two_pass=False, block=ARG_BLOCK, vw=1, simd=1, unroll_rows=1)
         info = ReduceInfo(op, axes, acc)
         # argmax/argmin: their own row space, with vectors of 32 bytes where the target has them
         simd = (SIMD_BYTES // itemsize(x.dtype) if op in ARG_OPS and x.dtype in SIMD_DTYPES
