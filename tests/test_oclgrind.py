@@ -1,6 +1,7 @@
 """Every implementation of every operator under Oclgrind, a simulated GPU that checks every
-memory access: its "small" Cases, forced with impl=, 32-bit indexing on every case and 64-bit
-on the first, with data-race and API checks. Zero reports, results equal to NumPy, and the
+memory access: its "small" Cases, forced with impl=, 32-bit indexing and 64-bit on the first,
+with data-race and API checks (the default tier: an implementation's first case and the cases a
+GPU selects it for; -m exhaustive: every case it may take). Zero reports, results equal to NumPy, and the
 global memory traffic of the implementations a GPU selects no worse than tests/resources/.
 """
 
@@ -15,7 +16,7 @@ import gpucg
 from gpucg import procwatch
 from gpucg.verify import oclgrind
 from gpucg.verify.baseline import compare_traffic, family_of, load, traffic_key
-from conftest import under_oclgrind
+from conftest import exhaustive_selected, under_oclgrind
 
 BASELINE = Path(__file__).parent / "resources"  # one file per operator family
 
@@ -175,12 +176,15 @@ def test_operators_left_to_another_share_its_implementations():
             assert a.inputs == b.inputs and _impls(op, a) == _impls(other, b), (op, a.label)
 
 
-# one test a family, so that pytest-xdist spreads the simulator's minutes over its workers
+# one test a family, so that pytest-xdist spreads the simulator's minutes over its workers;
+# the default tier runs an implementation on its first case and where a GPU selects it,
+# -m exhaustive on every case it may take
+@pytest.mark.widens
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_implementation_under_oclgrind(family, oclgrind_or_skip):
+def test_every_implementation_under_oclgrind(family, oclgrind_or_skip, request):
     ops = [name for name in gpucg.list_ops() if _family(name) == family
            and name not in SAME_KERNELS]
-    tasks = oclgrind.tasks_for(ops)
+    tasks = oclgrind.tasks_for(ops, every_case=exhaustive_selected(request.config))
     assert not tasks or {t.index for t in tasks} == {"int32", "int64"}
     t0 = time.perf_counter()
     results = oclgrind.run(tasks, checks=True, counts=True)

@@ -215,6 +215,12 @@ class CudaHopper:
         return (f'asm volatile("bar.sync %0, {int(threads)};" :: "r"((unsigned)({bar_id})) '
                 ': "memory");')
 
+    def bar_arrive(self, bar_id, threads: int) -> str:
+        """This thread's arrival on named barrier ``bar_id`` of ``threads`` threads, without
+        waiting (the threads that bar_sync on it wait for it)."""
+        return (f'asm volatile("bar.arrive %0, {int(threads)};" :: "r"((unsigned)({bar_id})) '
+                ': "memory");')
+
     def setmaxnreg(self, regs: int, inc: bool) -> str:
         return (f'asm volatile("setmaxnreg.{"inc" if inc else "dec"}.sync.aligned.u32 '
                 f'{_regs(regs)};");')

@@ -201,6 +201,9 @@ class OpenCLHopper:
     def bar_sync(self, bar_id, threads: int) -> str:
         return "barrier(CLK_LOCAL_MEM_FENCE);"
 
+    def bar_arrive(self, bar_id, threads: int) -> str:
+        return "/* bar.arrive: the twin's named barriers are the work-group's, in its one order */"
+
     def setmaxnreg(self, regs: int, inc: bool) -> str:
         return f"/* setmaxnreg.{'inc' if inc else 'dec'} {_regs(regs)}: no registers to move in the twin */"
 

@@ -13,7 +13,10 @@ registers (exp2, row maxima and sums across a quad by shuffles; the causal and k
 only on the tiles that reach past the keys or the consumer's diagonal), then O += P V with P
 from registers (the RS form of wgmma: S's accumulators 8j..8j+7 of a thread are the A
 fragment of keys 16j.., packed to f16/bf16 pairs) and V an MN-major operand of N = D, and
-releases the stage. GQA maps a query head to its KV head in the TMA coordinates. The OpenCL
+releases the stage. Two consumers take turns at the tensor cores (``pingpong``,
+FlashAttention-3's schedule: named barriers 8 + c hand a consumer's burst of O += P V of one
+tile and S of the next to the other, so its softmax runs under the other's products). GQA
+maps a query head to its KV head in the TMA coordinates. The OpenCL
 twin runs the roles in one legal order of the same protocol (gemm_wgmma's twin).
 
 Offered where the capability record has wgmma (sm_90a: plevel 18, above flash_mma's 15 and
@@ -159,7 +162,8 @@ def config_geometry(p) -> FlashWgmma:
 
 
 def space(kind: str, d: int, small: bool, limit: int) -> ConfigSpace:
-    """consumers (warpgroups of 64 query rows), bkv (keys a tile), stages of the ring. The GPU's
+    """consumers (warpgroups of 64 query rows), bkv (keys a tile), stages of the ring, pingpong
+    (two consumers take turns at the tensor cores, FlashAttention-3's schedule). The GPU's
     default: two consumers, 128 keys, the deepest ring up to 3 that fits (2 at D = 128 f16:
     over 128 KiB); the twin's: one consumer, 16 keys, 2 stages (emulated warpgroups are slow:
     Oclgrind simulates a tile of 16 keys in half the time of 32; at D = 64 it fits Oclgrind's 48
@@ -167,13 +171,14 @@ def space(kind: str, d: int, small: bool, limit: int) -> ConfigSpace:
     def why(c):
         return geometry(kind, d, c["consumers"], c["bkv"], c["stages"]).why_not(limit)
 
-    default = {"consumers": 1, "bkv": 16, "stages": 2}
+    default = {"consumers": 1, "bkv": 16, "stages": 2, "pingpong": 1}
     if not small:
-        default = {"consumers": 2, "bkv": 128, "stages": 2}
+        default = {"consumers": 2, "bkv": 128, "stages": 2, "pingpong": 1}
         for st in (3,) if d <= 64 else ():
             if not why(dict(default, stages=st)):
                 default["stages"] = st
-    knobs = {"consumers": (1, 2), "bkv": (16, 32, 64, 128), "stages": (2, 3, 4)}
+    knobs = {"consumers": (1, 2), "bkv": (16, 32, 64, 128), "stages": (2, 3, 4),
+             "pingpong": (0, 1)}
     return ConfigSpace(knobs, default, why=why)
 
 

@@ -350,26 +350,27 @@ def _watch(live: list, start, why: dict, claims: Path, count: int, memory: int) 
                 start(slot)  # the remaining tasks go to a fresh worker
 
 
-def tasks_for(ops=None, kind: str = "small", full: bool = False) -> list[Task]:
+def tasks_for(ops=None, kind="small", full=False, every_case=True) -> list[Task]:
     """Every implementation of every operator (or of ``ops``) on the operator's Cases of
     ``kind``, forced with ``impl=``: what a GPU may run.
 
-    Each runs every case with 32-bit indexing and its first case with 64-bit indexing
-    (``full``: every case with both), which keeps the simulator's time in bounds; a Case's
-    ``not_simulated`` implementations are left out of that case.
-    """
+    Each runs every case with 32-bit indexing and its first with 64-bit (``full``: every case
+    both), keeping the simulator's time in bounds; a Case's ``not_simulated`` implementations
+    are left out of it. ``every_case=False`` (the suite's default tier): only the first case
+    and the cases a GPU selects the implementation for, not those written for another."""
     from ..compiled import explain
     from ..op import get_op, list_ops
-
     out = []
     for name in ops or list_ops():
         seen = set()
         for i, case in enumerate(get_op(name).representative(kind)):
             sel = explain(name, *case.inputs, target="opencl -device=gpu", records=False,
                           **case.attrs)
+            chosen = sel.choices[0].impl.name if sel.choices else None
             for cand in sel.candidates:
                 impl = cand.name.rsplit(".", 1)[0]
-                if cand.verdict == "excluded" or impl in case.not_simulated:
+                if (cand.verdict == "excluded" or impl in case.not_simulated
+                        or not (every_case or impl not in seen or impl == chosen)):
                     continue
                 out.append(Task(name, kind, i, impl, "int32"))
                 if full or impl not in seen:
@@ -382,7 +383,6 @@ def traffic(ops, kind: str = "small", workers: int = 2) -> list[Result]:
     """The global memory traffic of the implementation a GPU selects, per Case of ``kind`` of
     each operator, counted by Oclgrind (no checks, so faster than :func:`run` with them)."""
     from ..op import get_op
-
     tasks = [Task(op, kind, i) for op in ops for i, _ in enumerate(get_op(op).representative(kind))]
     return run(tasks, checks=False, counts=True, workers=workers)
 
