@@ -32,10 +32,11 @@ MMA_E4M3, MMA_E5M2 = "mma.m16n8k32.e4m3", "mma.m16n8k32.e5m2"
 AMPERE = frozenset({MMA_F16, MMA_BF16, MMA_TF32, "ldmatrix", "cp.async", "shfl"})
 #: Ada (sm_89): FP8 mma.sync
 ADA = AMPERE | {MMA_E4M3, MMA_E5M2, "fp8"}
-#: Hopper (sm_90): clusters, TMA and mbarriers; the arch-specific sm_90a adds wgmma and
-#: setmaxnreg (ptxas rejects them for plain sm_90)
-HOPPER = AMPERE | {"fp8", "clusters", "tma", "mbarrier"}
-HOPPER_A = HOPPER | {"wgmma", "setmaxnreg", MMA_E4M3, MMA_E5M2}
+#: Hopper (sm_90): Ada's FP8 mma.sync (the PTX ISA: m16n8k32 .e4m3/.e5m2 on sm_89 and higher),
+#: clusters, TMA and mbarriers; the arch-specific sm_90a adds wgmma and setmaxnreg (ptxas
+#: rejects them for plain sm_90)
+HOPPER = ADA | {"clusters", "tma", "mbarrier"}
+HOPPER_A = HOPPER | {"wgmma", "setmaxnreg"}
 
 
 @dataclass(frozen=True)

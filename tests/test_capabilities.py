@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import gpucg
-from gpucg.arch import ARCHS, MMA_F16, limits
+from gpucg.arch import ARCHS, MMA_E4M3, MMA_E5M2, MMA_F16, limits
 from gpucg.target import capabilities
 from gpucg.errors import GpucgError
 
@@ -51,6 +51,13 @@ def test_hopper_features_only_where_the_arch_has_them():
     assert limits("sm_90a").smem_per_block_optin == limits("sm_90").smem_per_block_optin
     for caps in ARCHS.values():
         assert caps.smem_static_max <= caps.smem_per_block_optin <= caps.smem_per_sm
+
+
+def test_fp8_mma_sync_from_sm_89_on():
+    """The PTX ISA: mma.sync m16n8k32 .e4m3/.e5m2 needs sm_89 or higher (plain sm_90 too)."""
+    for arch in ("sm_89", "sm_90", "sm_90a"):
+        assert limits(arch).native(MMA_E4M3) and limits(arch).native(MMA_E5M2), arch
+    assert not limits("sm_80").native(MMA_E4M3) and not limits("sm_86").native(MMA_E5M2)
 
 
 def test_unknown_arch_names_the_known_ones():
