@@ -26,6 +26,7 @@ print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'torch', torch.__ver
   $PY -m gpucg.cli targets
 } > "$O/env.txt" 2>&1
 
+CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
 for step in $STEPS; do
   case $step in
     tests)
@@ -35,8 +36,10 @@ for step in $STEPS; do
     bench)
       for b in ${BENCHES:-reduce softmax scan topk sort dense conv2d attention}; do
         echo "=== gpucg bench $b $(date -u +%T)"
-        extra="--targets cuda"; [ "$b" = scan ] && extra=""
-        timeout "$(left "$T_BENCH")" $PY -m gpucg.cli bench "$b" $extra --no-traffic ${BENCH_ARGS:-}
+        targets=cuda  # on a 9.0 device the wgmma kernels too: cuda -arch=sm_90a
+        [ "$CC" = 9.0 ] && targets="cuda,cuda -arch=sm_90a"
+        extra=(--targets "$targets"); [ "$b" = scan ] && extra=()
+        timeout "$(left "$T_BENCH")" $PY -m gpucg.cli bench "$b" "${extra[@]}" --no-traffic ${BENCH_ARGS:-}
         echo "=== exit $?"
       done > "$O/bench.txt" 2>&1 ;;
     profile)

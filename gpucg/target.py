@@ -211,7 +211,9 @@ def require_usable(target: Target) -> None:
 
 def target_arch(target) -> str:
     """The CUDA arch of a target: its -arch, else the device's it runs on here, else
-    DEFAULT_ARCH."""
+    DEFAULT_ARCH. A 9.0 device stays sm_90 (mma.sync), not sm_90a: the wgmma kernels are
+    proved without a GPU only so far (tests/gpu/test_hopper_cuda.py runs them on one), so
+    ``cuda -arch=sm_90a`` asks for them."""
     arch = target.attrs.get("arch")
     if arch:
         return arch

@@ -125,3 +125,25 @@ def test_buffers_are_written_before_read(monkeypatch):
     monkeypatch.setattr(conv2d_host, "STRIDED_CHANNELS", 1)
     for case in CASES[:2] + CASES[6:10]:
         test_host_paths_equal_the_reference(*case)
+
+
+@pytest.mark.parametrize("alpha, position", [(1.0, "before"), (1.0, "after"), (-2.0, "after")])
+def test_depthwise_stores_the_bias_under_the_epilogue(alpha, position):
+    """The depthwise phase paths add the bias as they store (alpha 1) and leave it to the
+    epilogue otherwise: alpha * sum + bias, the residual before or after SiLU, on NCHW planes,
+    channels-last phases and the window view."""
+    rng = np.random.default_rng(5)
+    for xs, strides in [((2, 6, 56, 56), (1, 1)), ((2, 9, 7, 5), (2, 2)), ((1, 70, 9, 8), (2, 1))]:
+        x = rng.standard_normal(xs).astype(np.float32)
+        c = xs[1]
+        w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+        b = rng.standard_normal(c).astype(np.float32)
+        z = alpha * _ref(x, w, strides, (1, 1, 1, 1), (1, 1), c) + b[None, :, None, None]
+        r = rng.standard_normal(z.shape).astype(np.float32)
+        for data in (x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
+            y = gpucg.ops.conv2d(data, w, strides=strides, padding=(1, 1, 1, 1), groups=c,
+                                 bias=b, activation="silu", residual=r, alpha=alpha,
+                                 residual_position=position, target="numpy")
+            pre = z + r if position == "before" else z
+            want = pre / (1 + np.exp(-pre)) + (r if position == "after" else 0)
+            np.testing.assert_allclose(gpucg.to_host(y), want, rtol=2e-5, atol=2e-5)

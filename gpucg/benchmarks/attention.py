@@ -69,6 +69,25 @@ def _torch_rows(q, k, v, causal, repeat):
     return rows
 
 
+def _half_row(compiled, target, arrays, want, causal, repeat):
+    """Ours in float16 on a CUDA target (flash_mma, flash_wgmma on sm_90a): the row, its error
+    against the float32 reference kept apart from the float32 rows' check."""
+    b, sq, skv = gpucg.var("b"), gpucg.var("sq"), gpucg.var("skv")
+    q, k, _ = arrays
+    key = (target, "float16", q.shape[1], k.shape[1], q.shape[3], causal)
+    if key not in compiled:
+        compiled[key] = gpucg.compile(
+            "attention", gpucg.tensor((b, q.shape[1], sq, q.shape[3]), "float16"),
+            *(gpucg.tensor((b, k.shape[1], skv, q.shape[3]), "float16"),) * 2, target=target,
+            causal=causal)
+    f, be = compiled[key], get_backend(target)
+    dev = [be.to_device(x.astype(np.float16)) for x in arrays]
+    err = float(np.max(np.abs(be.to_host(f(*dev)).astype(np.float32) - want)))
+    t = float(np.median(be.time(lambda: f(*dev), repeat=repeat, warmup=1)))
+    return (f"gpucg {target} float16 [{f.last_impl}]", t, f"max abs err {err:.1e}",
+            {"max_abs_err_float16": err})
+
+
 def main(argv=()) -> int:
     p = parser("attention", "two small cases (for smoke tests)")
     p.add_argument("--full", action="store_true", help="the issue's sizes (slow on a CPU)")
@@ -106,6 +125,8 @@ def main(argv=()) -> int:
             t = float(np.median(be.time(lambda: f(*dev), repeat=args.repeat, warmup=1)))
             ours.append((f"gpucg {target} [{f.last_impl}]", t, f"max abs err {err:.1e}",
                          {"max_abs_err": err}))
+            if target.startswith("cuda"):  # float16: the tensor-core kernels, beside torch's
+                ours.append(_half_row(compiled, target, (q, k, v), want, causal, args.repeat))
         if not peers:
             peers = [ours.pop(0)[:2]] if ours else []
         if peers:
@@ -126,5 +147,6 @@ def main(argv=()) -> int:
                                     "skipped": NOT_MEASURED, "plan": plan})
     if args.json:
         print(json.dumps({"results": results}, indent=1))
-    bad = [r for r in results if r.get("max_abs_err", 0) > 1e-3]
+    bad = [r for r in results if r.get("max_abs_err", 0) > 1e-3
+           or r.get("max_abs_err_float16", 0) > 2e-2]
     return 1 if bad else 0

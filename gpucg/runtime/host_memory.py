@@ -20,10 +20,13 @@ from .. import settings
 
 #: glibc's mallopt parameters (malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-#: the sizes asked for: arrays below MMAP come from the heap; free memory at the heap's top is
-#: given back only beyond TRIM (glibc takes at most 32 MiB for the mmap threshold on 64-bit
-#: systems of some versions: then that)
-MMAP, MMAP_FALLBACK, TRIM = 1 << 30, 32 << 20, 1 << 30
+#: arrays below MMAP bytes come from malloc's heap: glibc's documented upper limit for the
+#: mmap threshold on 64-bit systems (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB; where its own
+#: dynamic threshold stops). This glibc accepts more, but at 1 GiB the model table's
+#: ResNet-50 (numpy, then opencl on PoCL in the same process) aborted in malloc ("malloc
+#: assertion failure in _int_malloc: chunk_main_arena"). Free memory at the heap's top is
+#: given back only beyond TRIM bytes.
+MMAP, TRIM = 32 << 20, 1 << 30
 
 
 @functools.cache
@@ -37,5 +40,4 @@ def keep_freed_memory() -> int:
     if mallopt is None:
         return 0
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    mmap = next((v for v in (MMAP, MMAP_FALLBACK) if mallopt(M_MMAP_THRESHOLD, v)), 0)
-    return mmap if mmap and mallopt(M_TRIM_THRESHOLD, TRIM) else 0
+    return MMAP if mallopt(M_MMAP_THRESHOLD, MMAP) and mallopt(M_TRIM_THRESHOLD, TRIM) else 0

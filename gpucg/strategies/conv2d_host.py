@@ -23,7 +23,8 @@ that touches memory least, in blocks that stay in cache.
   group and 32 outputs or more: the result channels last, so the layers after a stem never
   transpose).
 - the rest: im2col by a strided window view, one matmul per group.
-The bias, activation and residual then run in the epilogue (gpucg.ops.conv2d.epilogue).
+The bias, activation and residual then run in the epilogue (gpucg.ops.conv2d.epilogue); the
+depthwise phase paths add the bias as they store their rows (one pass over the output fewer).
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
         planes = dh != 1 or dw != 1 or (not last and kh * kw <= 9 and
                                         oh * (ow + (kw - 1) // sw) >= PLANE_RUN)
         window = c >= (WINDOW_CHANNELS if sh == sw == 1 else STRIDED_CHANNELS)
-        y = (_depthwise(x, w, pads, oh, ow, strides, dilation, acc) if planes else
+        # the bias added as the phase paths store their rows (alpha 1: alpha * sum + bias)
+        b = None if window or bias is None or attrs.alpha != 1.0 else bias.astype(acc)
+        y = (_depthwise(x, w, pads, oh, ow, strides, dilation, acc, b) if planes else
              _depthwise_window(x, w, pads, oh, ow, strides, acc) if window else
-             _depthwise_channels_last(x, w, pads, oh, ow, strides, acc))
+             _depthwise_channels_last(x, w, pads, oh, ow, strides, acc, b))
+        bias = None if b is not None else bias
     elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads) and last:
         # (n, h*w, c) @ (c, o): the NHWC result of a GEMM with the weights read transposed
         y = np.matmul(x.transpose(0, 2, 3, 1).reshape(n, h * wd, c), w.reshape(o, c).T)
@@ -122,7 +126,7 @@ def _padded(x, pads, acc):
     return xp
 
 
-def _depthwise(x, w, pads, oh, ow, strides, dilation, acc):
+def _depthwise(x, w, pads, oh, ow, strides, dilation, acc, bias=None):
     """Depthwise by taps over blocks of channels, NCHW: each tap one contiguous run of its
     stride phase's padded plane (see :func:`_phases`; rows computed across the phase's padded
     width, the extra columns dropped at the end): long runs, where a strided tap of a 14x14
@@ -152,7 +156,10 @@ def _depthwise(x, w, pads, oh, ow, strides, dilation, acc):
                 else:
                     np.multiply(tap, k, out=tmp)
                     yb += tmp
-            y[b, c0:c1] = yb[:, :, :ow]
+            if bias is None:
+                y[b, c0:c1] = yb[:, :, :ow]
+            else:
+                np.add(yb[:, :, :ow], bias[c0:c1, None, None], out=y[b, c0:c1])
     return y
 
 
@@ -181,13 +188,13 @@ def _phases(x, pads, ph, pw, strides, acc, channels_last: bool, used=None):
     return out
 
 
-def _depthwise_channels_last(x, w, pads, oh, ow, strides, acc):
+def _depthwise_channels_last(x, w, pads, oh, ow, strides, acc, bias=None):
     """Depthwise (dilation 1) by phases (see :func:`_phases`): tap (r, q) of the kernel reads
     phase (r % sh, q % sw) at offset (r // sh, q // sw), a stride-1 window; all the taps of
     a phase are one einsum over a strided view, whose rows are whole rows of the padded phase
     (pw positions x c channels, against the weights tiled to that length), pw - ow of them
-    dropped as a block of output rows of one image (in cache) is stored. Returns the NHWC
-    result as an NCHW-shaped view."""
+    dropped as a block of output rows of one image (in cache) is stored (with the ``bias``,
+    where given). Returns the NHWC result as an NCHW-shaped view."""
     n, c = x.shape[:2]
     kh, kw = w.shape[2:]
     sh, sw = strides
@@ -205,6 +212,7 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, acc):
                 k[:, :, None, :], k.shape[:2] + (pw, c))).reshape(k.shape[0], k.shape[1], run)))
     rows = max(1, min(oh, DEPTHWISE_BYTES // (it * run)))
     acc_rows, tmp = np.empty((rows, run), acc), np.empty((rows, run), acc)
+    bias_row = None if bias is None else np.tile(bias, ow)  # along a stored row of channels
     for img in range(n):
         for i0 in range(0, oh, rows):
             m = min(rows, oh - i0)
@@ -217,7 +225,11 @@ def _depthwise_channels_last(x, w, pads, oh, ow, strides, acc):
                 np.einsum("rqmx,rqx->mx", view, k, out=dst)
                 if t:
                     out += dst
-            y[img, i0:i0 + m] = out.reshape(m, pw, c)[:, :ow]  # the rows' own columns
+            kept = out.reshape(m, pw * c)[:, :ow * c]  # the rows' own columns
+            if bias is None:
+                y[img, i0:i0 + m] = kept.reshape(m, ow, c)
+            else:
+                np.add(kept, bias_row, out=y[img, i0:i0 + m].reshape(m, ow * c))
     return y.transpose(0, 3, 1, 2)
 
 
