@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
     wide = exhaustive_selected(config)
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        pick = getattr(item.module, "exhaustive_case", None) if item.module else None
+        pick = getattr(getattr(item, "module", None), "exhaustive_case", None)
         if (wide and item.get_closest_marker("widens")) or (pick and pick(params)):
             item.add_marker(pytest.mark.exhaustive)
 

@@ -196,6 +196,33 @@ def test_large_results_come_back_mapped():
     assert y[0, 0] == -1
 
 
+def test_results_outlive_the_device_arrays_they_came_from():
+    """A large result (device-resident input, fresh output, mapped back) stays intact after
+    every device array of the call is gone and the host reuses freed memory: no buffer of
+    ours may be host memory that dies before the queue or the mapping is done with it (main
+    at 84913a7 corrupted the heap this way under ResNet-50 on opencl)."""
+    import gc
+
+    _shares_host()
+    be = get_backend("opencl")
+    x = be.to_device(np.ones((1024, 1536), np.float32))  # 6 MiB: over any size threshold
+    f = gpucg.compile("cumsum", gpucg.tensor((1024, 1536), "float32"), axis=1, target="opencl")
+    junk = []
+    for _ in range(4):  # results dropped while their kernels may still be queued
+        f(x)
+        gc.collect()
+        junk.append(np.full((1024, 1536), -7.0, np.float32))  # reuse freed memory
+    d = f(x)
+    y = be.to_host(d)
+    del x, d
+    gc.collect()
+    junk += [np.full((1024, 1536), -7.0, np.float32) for _ in range(4)]
+    be.queue.finish()
+    np.testing.assert_array_equal(y[:, -1], 1536)
+    np.testing.assert_array_equal(y[:, 0], 1)
+    assert all((j == -7).all() for j in junk), "a kernel wrote into freed host memory"
+
+
 def test_operators_leave_inputs_used_in_place_unchanged():
     _shares_host()
     rng = np.random.default_rng(3)

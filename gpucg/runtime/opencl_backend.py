@@ -27,7 +27,6 @@ log = logging.getLogger("gpucg.runtime")
 _PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
 #: results at least this large come back mapped, smaller ones copied (a map costs more).
 MAP_MIN_BYTES = 1 << 20
-HUGE_MIN_BYTES, PAGE_BYTES = 4 << 20, 4096  # OpenCLBackend._buffer
 
 
 class DeviceArray:
@@ -45,8 +44,7 @@ class DeviceArray:
         self.dtype = dtype
         #: made by OpenCLBackend.empty: its buffer is no one else's (the result may be mapped)
         self.fresh = fresh
-        #: the NumPy array whose memory ``data`` uses in place (OpenCLBackend.borrow, large
-        #: buffers of a device sharing host memory), or None
+        #: the NumPy array whose memory ``data`` uses in place (OpenCLBackend.borrow), or None
         self.host = host
         size = 1
         for d in shape:
@@ -257,19 +255,14 @@ class OpenCLBackend(Backend):
         return DeviceArray(buf, shape, dtype, fresh=True, host=host)
 
     def _buffer(self, nbytes: int, like=None):
-        """A new buffer of ``nbytes`` (a copy of ``like``) and the host memory it uses or None:
-        large ones in NumPy's memory where the device shares it (NumPy asks for huge pages;
-        PoCL's 4 KiB pages cost a 32 MB stream about 15% in TLB misses)."""
+        """A new buffer of ``nbytes`` (a copy of ``like``) in the device's own memory, and None
+        (no host memory of ours behind it). Not NumPy memory through CL_MEM_USE_HOST_PTR, though
+        NumPy's huge pages stream about 15% faster on PoCL: an array freed while a queued kernel
+        or a mapped result still used that memory corrupted the heap (84913a7)."""
         mf = self.cl.mem_flags
-        if not self.shares_host or nbytes < HUGE_MIN_BYTES:
-            if like is None:
-                return self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1)), None
-            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=like), None
-        raw = np.empty(nbytes + PAGE_BYTES, np.uint8)
-        host = raw[-raw.ctypes.data % PAGE_BYTES:][:nbytes]
-        if like is not None:
-            host[...] = like.reshape(-1).view(np.uint8)
-        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.USE_HOST_PTR, hostbuf=host), host
+        if like is None:
+            return self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1)), None
+        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=like), None
 
     def to_device(self, array):
         """A device copy of a host array (it stays valid whatever the host array does next)."""

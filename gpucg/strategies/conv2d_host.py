@@ -41,8 +41,10 @@ def acc_dtype(dtype) -> np.dtype:
 
 #: the most bytes of im2col columns made at once (see numpy_conv2d)
 IM2COL_BYTES = 8 << 20
-#: the output bytes of one depthwise block (a few channels, or rows, of one image): L2-sized
-DEPTHWISE_BYTES = 128 << 10
+#: the output bytes of one depthwise block (a few channels, or rows, of one image): half the
+#: L2 (256 KiB: 0.92x the time of 128 KiB summed over EfficientNet-B0 and MobileNetV3 layers,
+#: fewer einsum calls; benchmarks/results/*depthwise-block*)
+DEPTHWISE_BYTES = 256 << 10
 #: a depthwise kernel of at most 3x3 whose output plane (padded to the phase width) has this
 #: many elements (56x56 and up) stays in NCHW: its taps are long runs already, and the
 #: transposes to channels last would cost more than they save (measured at MobileNet and
