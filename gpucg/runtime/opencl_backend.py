@@ -250,19 +250,19 @@ class OpenCLBackend(Backend):
         size = 1
         for d in shape:
             size *= d
-        buf, host = self._buffer(size * dtype.itemsize)
+        buf = self._buffer(size * dtype.itemsize)
         stats.bump("buffers")
-        return DeviceArray(buf, shape, dtype, fresh=True, host=host)
+        return DeviceArray(buf, shape, dtype, fresh=True)
 
     def _buffer(self, nbytes: int, like=None):
-        """A new buffer of ``nbytes`` (a copy of ``like``) in the device's own memory, and None
-        (no host memory of ours behind it). Not NumPy memory through CL_MEM_USE_HOST_PTR, though
-        NumPy's huge pages stream about 15% faster on PoCL: an array freed while a queued kernel
-        or a mapped result still used that memory corrupted the heap (84913a7)."""
+        """A new buffer of ``nbytes`` (a copy of ``like``) in the device's own memory. Not NumPy
+        memory through CL_MEM_USE_HOST_PTR, though NumPy's huge pages stream about 15% faster on
+        PoCL: an array freed while a queued kernel still used that memory corrupted the heap
+        (84913a7)."""
         mf = self.cl.mem_flags
         if like is None:
-            return self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1)), None
-        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=like), None
+            return self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1))
+        return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=like)
 
     def to_device(self, array):
         """A device copy of a host array (it stays valid whatever the host array does next)."""
@@ -270,10 +270,10 @@ class OpenCLBackend(Backend):
         array = c_contiguous(np.asarray(array))
         if array.nbytes == 0:
             return self.empty(array.shape, array.dtype)
-        buf, host = self._buffer(array.nbytes, array)
+        buf = self._buffer(array.nbytes, array)
         stats.bump("buffers")
         stats.bump("uploads")
-        return DeviceArray(buf, array.shape, array.dtype, host=host)
+        return DeviceArray(buf, array.shape, array.dtype)
 
     def borrow(self, array):
         """A host array as one call's read-only input: in place (CL_MEM_USE_HOST_PTR) where

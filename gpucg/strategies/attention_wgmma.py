@@ -44,14 +44,14 @@ from ..implementation import Kernel, kernel_impl
 from ..runtime.base import ceil_div
 from ..space import ConfigSpace
 from .attention_args import common_args, heads, outputs
-from .gemm_mma import PLEVEL_TWIN, feature_support, pairs_ok, smem_limit
-from .gemm_wgmma import aligned
+from .gemm_mma import KINDS as MMA_KINDS, PLEVEL_TWIN, pairs_ok, smem_limit
+from .gemm_wgmma import aligned, supported
 
 #: above flash_mma (15), below split-KV decoding (20, on its condition)
 PLEVEL_CUDA = 18
-FEATURE = "wgmma"
 HEAD_DIMS = (64, 128)
-KINDS = {"float16": "f16", "bfloat16": "bf16"}
+#: the 16-bit element types of the tensor-core atoms (gemm_mma.KINDS): dtype -> atom kind
+KINDS = {dt: kind for dt, (kind, eb) in MMA_KINDS.items() if eb == 2}
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def head_map(dtype: str, d: int, b: int, nheads: int, seq: int, box, bshd: bool)
     """The 4-D map of q, k or v (layout BHSD or BSHD): rows of D contiguous elements, the box
     ``box`` (64 of D, rows) at coordinates (d0, row, head, b) or (d0, head, row, b). An empty
     sequence gets a map of one row (the kernel loads nothing from it)."""
-    eb = 2  # float16, bfloat16
+    eb = MMA_KINDS[dtype][1]
     seq = max(seq, 1)
     dims = [d, nheads, seq, b] if bshd else [d, seq, nheads, b]
     box4 = [box[0], 1, box[1], 1] if bshd else [box[0], box[1], 1, 1]
@@ -236,7 +236,7 @@ def not_built(params: dict) -> str:
 
 def offer(s, dtype: str, d: int, params: dict, info, target) -> None:
     """Offer flash_wgmma on strategy ``s``, or exclude it with the reason."""
-    twin, why = feature_support(target, FEATURE, "wgmma, sm_90a")
+    twin, why = supported(target)
     plevel = PLEVEL_TWIN if twin else PLEVEL_CUDA
     if not why and dtype not in KINDS:
         why = (f"{dtype}: wgmma attention takes float16 and bfloat16 (float32 stays on "
