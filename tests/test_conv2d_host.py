@@ -86,12 +86,15 @@ def test_depthwise_special_values_stay_in_their_windows():
     assert np.isnan(y[0, 0]).sum() == 4 and np.isinf(y[0, 1]).sum() == 4
 
 
-def test_depthwise_window_equals_the_reference(monkeypatch):
+@pytest.mark.parametrize("tile_bytes", (256 << 10, 0))
+def test_depthwise_window_equals_the_reference(monkeypatch, tile_bytes):
     """Many channels: the channels-last depthwise over a window view of the padded input (no
     stride phases) on the phase cases (strides 1-3, asymmetric padding, padding beyond the
-    plane, a 1x1 kernel under stride 3, an empty batch), NCHW and channels-last data."""
+    plane, a 1x1 kernel under stride 3, an empty batch), NCHW and channels-last data, with
+    the weights tiled along an output row and (tile_bytes 0) read along it with stride 0."""
     from gpucg.strategies import conv2d_host
 
+    monkeypatch.setattr(conv2d_host, "DEPTHWISE_BYTES", tile_bytes or 1)
     monkeypatch.setattr(conv2d_host, "WINDOW_CHANNELS", 1)
     monkeypatch.setattr(conv2d_host, "STRIDED_CHANNELS", 1)
     for xs, ws, strides, padding, dilation, groups in CASES[:2] + CASES[6:10]:

@@ -221,9 +221,39 @@ def test_host_in_place_activation_equals_the_operator(monkeypatch, activation):
     x = x.astype(np.float32).reshape(5, 11)
     with np.errstate(all="ignore"):  # silu(-inf): -inf / inf
         want = _unary.TABLE[activation].numpy(x, {"approximate": "none"})
-    monkeypatch.setattr(_unary, "_GELU_BLOCK", 7)
+    monkeypatch.setattr(_unary, "BLOCK_ELEMENTS", 7)
     got = _unary.IN_PLACE[activation](x.copy())
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("activation", ("gelu", "silu", "hardswish"))
+@pytest.mark.parametrize("block", (7, 40, 1 << 16))
+def test_epilogue_bias_and_activation_by_blocks(monkeypatch, activation, block):
+    """The epilogue adds the bias and activates a block at a time (blocks splitting rows and
+    columns, a ragged last one): bit for bit the operator on (y + bias), special values in y
+    and in the bias, for an NCHW result, a channels-last view of NHWC memory and a GEMM's
+    rows (bias along the innermost axis), and a residual added after."""
+    from gpucg.ops import _epilogue, _unary
+    from gpucg.ops.conv2d import Conv2dAttrs
+
+    rng = np.random.default_rng(3)
+    special = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, -90, 90, 1e-40])
+    monkeypatch.setattr(_unary, "BLOCK_ELEMENTS", block)
+    attrs = Conv2dAttrs(activation=activation)
+    for shape, order, bshape in [((2, 5, 3, 4), (0, 1, 2, 3), (1, 5, 1, 1)),
+                                 ((2, 3, 4, 5), (0, 3, 1, 2), (1, 5, 1, 1)),
+                                 ((9, 13), (0, 1), (13,))]:
+        mem = (rng.standard_normal(shape) * 8).astype(np.float32)
+        mem.reshape(-1)[:special.size] = special
+        y = mem.transpose(order)  # channels last: NHWC memory seen as NCHW
+        bias = (rng.standard_normal(bshape) * 4).astype(np.float32)
+        bias.reshape(-1)[:2] = [np.nan, -np.inf]
+        with np.errstate(all="ignore"):
+            want = _unary.TABLE[activation].numpy(y + bias, {"approximate": "none"})
+            got = _epilogue.apply(y.copy(order="K"), bias, None, attrs)
+            with_res = _epilogue.apply(y.copy(order="K"), bias, y, attrs)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        np.testing.assert_array_equal(with_res, want + y)
 
 
 @pytest.mark.parametrize("approximate", ("none", "tanh"))

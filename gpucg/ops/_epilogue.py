@@ -122,11 +122,74 @@ def activate_in_place(y: np.ndarray, activation) -> np.ndarray:
     return y
 
 
+def memory_order(y: np.ndarray):
+    """The axes of y from the outermost in memory to the innermost when y is one dense block
+    of memory (C order, or a transposed view of one: a channels-last result), else None."""
+    if y.flags.c_contiguous:
+        return tuple(range(y.ndim))
+    order = tuple(sorted(range(y.ndim), key=lambda a: -abs(y.strides[a])))  # stable
+    return order if y.transpose(order).flags.c_contiguous else None
+
+
 def dense_flat(y: np.ndarray):
     """y's elements in memory order as a 1-D view when y is one dense block of memory (C
     order, or a transposed view of one: a channels-last result), else None."""
-    t = y.transpose(np.argsort([-abs(s) for s in y.strides], kind="stable"))
-    return t.reshape(-1) if t.flags.c_contiguous else None
+    order = memory_order(y)
+    return None if order is None else y.transpose(order).reshape(-1)
+
+
+#: rows of at least this many elements take the bias broadcast along them; shorter ones a copy
+#: of it tiled to a block's length (NumPy's inner loops then run a whole block, not a row)
+ROW_RUN = 64
+
+
+def bias_blocks(y: np.ndarray, bias):
+    """(block, its bias) pairs covering a dense ``y`` in memory order, each block contiguous
+    and about _unary's block size (in cache), its bias broadcasting against it: a (cols,)
+    row where the biased axis is innermost (channels last, a GEMM's columns), a (rows, 1)
+    column otherwise (NCHW planes). None where y is not dense or the bias varies along other
+    than one axis."""
+    order = memory_order(y)
+    b = np.asarray(bias)
+    b = b.reshape((1,) * (y.ndim - b.ndim) + b.shape)
+    axes = [a for a in range(y.ndim) if b.shape[a] != 1]
+    if order is None or len(axes) != 1 or b.ndim != y.ndim:
+        return None
+    pos, vec = order.index(axes[0]), b.reshape(-1).astype(y.dtype, copy=False)
+    outer = math.prod(y.shape[a] for a in order[:pos])
+    inner = math.prod(y.shape[a] for a in order[pos + 1:])
+    flat, size = y.transpose(order).reshape(-1), _unary.BLOCK_ELEMENTS
+    if inner == 1 and vec.size < ROW_RUN:  # short rows: the bias tiled to whole rows, added flat
+        step = max(1, size // vec.size) * vec.size
+        tile = np.tile(vec, step // vec.size)
+        return [(flat[i:i + step], tile[:min(step, flat.size - i)])
+                for i in range(0, flat.size, step)]
+    if inner == 1:  # the bias along each row, broadcast (rows longer than a block split)
+        m, step = flat.reshape(outer, vec.size), max(1, size // vec.size)
+        return [(m[r:r + step, c:c + size], vec[c:c + size])
+                for r in range(0, outer, step) for c in range(0, vec.size, size)]
+    m, col = flat.reshape(outer * vec.size, inner), np.tile(vec, outer)[:, None]
+    step = max(1, size // inner)
+    return [(m[r:r + step, c:c + size], col[r:r + step])
+            for r in range(0, m.shape[0], step) for c in range(0, inner, size)]
+
+
+def _bias_activation(y: np.ndarray, bias, activation) -> bool:
+    """Add the bias and activate a block at a time while the block is in cache (one pass over
+    y's memory, where adding the bias first is a pass of its own): float32, as _unary.IN_PLACE;
+    False where the blocks do not apply (y within one block, not writeable or not dense)."""
+    fn = _unary.BLOCKS.get(activation)
+    if fn is None or y.dtype != np.float32 or y.size <= _unary.BLOCK_ELEMENTS or \
+            not y.flags.writeable:
+        return False  # one block: the bias's pass costs less than the blocks' set-up
+    blocks = bias_blocks(y, bias)
+    if blocks is None:
+        return False
+    scratch = np.empty(max(xb.size for xb, _ in blocks), y.dtype)
+    with np.errstate(all="ignore"):  # overflows and -inf * 0 give what the operator says
+        for xb, bb in blocks:
+            fn(xb, scratch[:xb.size].reshape(xb.shape), bb)
+    return True
 
 
 def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
@@ -134,14 +197,17 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
     already broadcasts against ``y``, as does ``residual``."""
     if attrs.alpha != 1.0:
         y *= y.dtype.type(attrs.alpha)
-    if bias is not None:
-        y += bias.astype(y.dtype, copy=False)
     scaled = None
     if residual is not None:
         scaled = residual.astype(y.dtype, copy=False)
         if attrs.beta != 1.0:
             scaled = scaled * y.dtype.type(attrs.beta)
-    if scaled is not None and attrs.residual_position == "before":
+    before = scaled is not None and attrs.residual_position == "before"
+    if bias is not None and not before and _bias_activation(y, bias, attrs.activation):
+        return y if scaled is None else _add(y, scaled)
+    if bias is not None:
+        y += bias.astype(y.dtype, copy=False)
+    if before:
         y += scaled
     flat = dense_flat(y) if attrs.activation and y.flags.writeable else None
     if attrs.activation == "relu" and y.flags.writeable:  # in place: the same np.maximum
@@ -152,8 +218,11 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
         activate_in_place(flat, attrs.activation)
     else:
         y = activate(y, attrs.activation)
-    if scaled is not None and attrs.residual_position == "after":
-        y += scaled
+    return y if scaled is None or before else _add(y, scaled)
+
+
+def _add(y: np.ndarray, scaled: np.ndarray) -> np.ndarray:
+    y += scaled
     return y
 
 

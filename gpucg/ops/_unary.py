@@ -25,7 +25,8 @@ from ._erf import erf, half_erfc_times
 from ._gelu32 import gelu_float32
 
 _SQRT_HALF = 1 / math.sqrt(2)
-_GELU_BLOCK = 1 << 16  # elements of x a block in gelu_in_place (its temporaries stay in cache)
+#: elements of a block of the in-place activations (theirs and their temporaries stay in cache)
+BLOCK_ELEMENTS = 1 << 16
 _TANH_2U = 2 * math.sqrt(2 / math.pi)  # 2u = _TANH_2U * (x + 0.044715 x^3)
 
 
@@ -64,52 +65,72 @@ def gelu_in_place(x: np.ndarray) -> np.ndarray:
     GEMM result; :func:`_gelu_np` of float32 data), a block at a time in float32's table
     (gpucg/ops/_gelu32.py), so that no array of x's size is allocated (at BERT's batch 8,
     12.6 MB fresh pages a call: 3000 page faults)."""
+    return in_blocks(x, gelu_block)
+
+
+def silu_block(xb: np.ndarray, t: np.ndarray, bias=None) -> None:
+    """silu(xb + bias) of a contiguous float block written over it (``bias``: None, or an
+    array broadcasting against xb), ``t`` a scratch array of xb's shape: z / (1 + exp(-z)),
+    the operator's roundings (NaN's sign included), in passes that stay in cache."""
+    if bias is not None:
+        xb += bias
+    np.negative(xb, out=t)
+    np.exp(t, out=t)
+    t += xb.dtype.type(1)
+    np.divide(xb, t, out=xb)  # exp overflows to inf: z / inf is -0.0 for z < 0
+
+
+def hardswish_block(xb: np.ndarray, t: np.ndarray, bias=None) -> None:
+    """hardswish(xb + bias) of a contiguous float block written over it, as the operator
+    computes it (z * clip(z + 3, 0, 6) / 6, the same roundings), ``t`` a scratch array of
+    xb's shape."""
+    three, zero, six = (xb.dtype.type(v) for v in (3, 0, 6))
+    if bias is not None:
+        xb += bias
+    np.add(xb, three, out=t)
+    np.clip(t, zero, six, out=t)  # one pass (a maximum and a minimum take 4x its time)
+    np.multiply(xb, t, out=t)  # -inf * 0 is NaN, as the operator says
+    np.divide(t, six, out=xb)
+
+
+def gelu_block(xb: np.ndarray, t: np.ndarray, bias=None) -> None:
+    """The exact gelu of (xb + bias), a contiguous float32 block written over it."""
+    if bias is not None:
+        xb += bias
+    flat = xb.reshape(-1)
+    gelu_float32(flat, flat)
+
+
+def in_blocks(x: np.ndarray, block_fn) -> np.ndarray:
+    """``block_fn(xb, t)`` over a contiguous float array a block at a time, through one
+    scratch block: no temporaries of x's size and no copy back."""
     flat = x.reshape(-1)
-    with np.errstate(all="ignore"):  # -inf * 0 is NaN, as the operator says
-        for i in range(0, flat.size, _GELU_BLOCK):
-            xb = flat[i:i + _GELU_BLOCK]
-            gelu_float32(xb, xb)
+    scratch = np.empty(min(flat.size, BLOCK_ELEMENTS), flat.dtype)
+    with np.errstate(all="ignore"):  # overflows and -inf * 0 give what the operator says
+        for i in range(0, flat.size, BLOCK_ELEMENTS):
+            xb = flat[i:i + BLOCK_ELEMENTS]
+            block_fn(xb, scratch[:xb.size])
     return x
 
 
 def silu_in_place(x: np.ndarray) -> np.ndarray:
     """silu of a contiguous float array written over it, as the operator computes it (x / (1
-    + exp(-x)), the same roundings), a block at a time through one scratch block: no
-    temporaries of x's size and no copy back (the epilogue's SiLU)."""
-    flat = x.reshape(-1)
-    scratch = np.empty(min(flat.size, _GELU_BLOCK), flat.dtype)
-    one = flat.dtype.type(1)
-    with np.errstate(all="ignore"):  # exp overflows to inf: x / inf is -0.0
-        for i in range(0, flat.size, _GELU_BLOCK):
-            xb = flat[i:i + _GELU_BLOCK]
-            t = scratch[:xb.size]
-            np.negative(xb, out=t)
-            np.exp(t, out=t)
-            t += one
-            np.divide(xb, t, out=xb)
-    return x
+    + exp(-x)), the same roundings), a block at a time (the epilogue's SiLU)."""
+    return in_blocks(x, silu_block)
 
 
 def hardswish_in_place(x: np.ndarray) -> np.ndarray:
     """hardswish of a contiguous float array written over it, as the operator computes it
-    (x * clip(x + 3, 0, 6) / 6, the same roundings), a block at a time through one scratch
-    block."""
-    flat = x.reshape(-1)
-    scratch = np.empty(min(flat.size, _GELU_BLOCK), flat.dtype)
-    three, zero, six = (flat.dtype.type(v) for v in (3, 0, 6))
-    with np.errstate(all="ignore"):  # -inf * 0 is NaN, as the operator says
-        for i in range(0, flat.size, _GELU_BLOCK):
-            xb = flat[i:i + _GELU_BLOCK]
-            t = scratch[:xb.size]
-            np.add(xb, three, out=t)
-            np.clip(t, zero, six, out=t)
-            np.multiply(xb, t, out=t)
-            np.divide(t, six, out=xb)
-    return x
+    (x * clip(x + 3, 0, 6) / 6, the same roundings), a block at a time."""
+    return in_blocks(x, hardswish_block)
 
 
 #: activations with an in-place NumPy form on a contiguous float32 array (the epilogue's)
 IN_PLACE = {"gelu": gelu_in_place, "silu": silu_in_place, "hardswish": hardswish_in_place}
+#: the same activations a block at a time with the bias added first (the epilogue adds a bias
+#: and activates each block of a float32 result while it is in cache): ``fn(block, scratch,
+#: bias)``. relu is not among them: its two whole-array passes cost less than blocks
+BLOCKS = {"gelu": gelu_block, "silu": silu_block, "hardswish": hardswish_block}
 
 
 def _gelu_c(x, lit, attrs):
