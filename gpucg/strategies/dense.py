@@ -211,16 +211,28 @@ GEMM_SPLITK = reads_strides(kernel_impl(
                   doc="the slices added, the epilogue, the store")))
 
 
+#: products of at most this many rows run as one BLAS GEMV a row (OpenBLAS's GEMM at 2 and 3
+#: rows: 2.1-3.3x the GEMVs' time on (k, n) from (256, 256) to (768, 3072), a classifier's
+#: (1024, 1000) included; at 4 rows and up GEMM is as fast or faster)
+GEMV_ROWS = 3
+
+
 def _rows_matmul(x: np.ndarray, wt: np.ndarray) -> np.ndarray:
     """x (..., k) @ wt (k, n) as one 2-D BLAS call: the leading dimensions folded into the rows
     where x's strides allow it without a copy (np.matmul on a 3-D x runs one GEMM per leading
-    index instead: 1.5-10x slower on a BERT layer's (8, 128, 768) inputs)."""
+    index instead: 1.5-10x slower on a BERT layer's (8, 128, 768) inputs); a few rows (a
+    classifier's batch, a decode step's tokens) as one GEMV a row."""
     if x.ndim > 2:
         try:
             rows = x.reshape((math.prod(x.shape[:-1]), x.shape[-1]), copy=False)
         except ValueError:  # the leading strides do not fold: one GEMM per leading index
             return np.asarray(np.matmul(x, wt))
-        return np.matmul(rows, wt).reshape(*x.shape[:-1], wt.shape[1])
+        return _rows_matmul(rows, wt).reshape(*x.shape[:-1], wt.shape[1])
+    if 2 <= x.shape[0] <= GEMV_ROWS and x.ndim == 2:
+        y = np.empty((x.shape[0], wt.shape[1]), np.result_type(x, wt))
+        for i in range(x.shape[0]):
+            np.matmul(x[i], wt, out=y[i])
+        return y
     return np.asarray(np.matmul(x, wt))
 
 
