@@ -63,6 +63,10 @@ RUNS_BLOCK_BYTES = 256 << 10
 #: depthwise layer after a stem reads channels-last data faster from 32 channels (EfficientNet-
 #: B0's 32: 0.7x its NCHW planes' time), NCHW planes below (MobileNetV3's 16: 0.75x)
 RUNS_LAST_CHANNELS = 32
+#: a channels-last pointwise layer with at most this many positions a plane runs as one GEMM
+#: over the rows of every image (7x7 planes of EfficientNet-B0: 0.81-0.90x the time of one GEMM
+#: an image; 14x14 0.92-0.99x; the 112x112 stem output's 1.5x)
+FOLD_PLANE = 14 * 14
 #: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
 #: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
 #: runs; with more taps the GEMM dominates and both copies cost alike
@@ -97,7 +101,9 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
         bias = None if b is not None else bias
     elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads) and last:
         # (n, h*w, c) @ (c, o): the NHWC result of a GEMM with the weights read transposed
-        y = np.matmul(x.transpose(0, 2, 3, 1).reshape(n, h * wd, c), w.reshape(o, c).T)
+        # (small planes: the images' rows folded into one GEMM)
+        rows = (n * h * wd, c) if h * wd <= FOLD_PLANE else (n, h * wd, c)
+        y = np.matmul(x.transpose(0, 2, 3, 1).reshape(rows), w.reshape(o, c).T)
         y = y.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
     elif kh == kw == 1 and sh == sw == 1 and g == 1 and not any(pads):
         y = np.empty((n, o, oh, ow), acc)
