@@ -76,6 +76,11 @@ SETTINGS: dict[str, Setting] = {
              "Path of Oclgrind's `liboclgrind-rt-icd.so` where it is not in the usual places "
              "(`/usr/lib/oclgrind`, beside the `oclgrind` command); the Oclgrind checks and "
              "`gpucg resources --traffic` load it."),
+        Setting("GPUCG_HOST_C", _parse_bool, lambda: True,
+             "Set to 0 to keep the numpy target on NumPy alone: by default, where a C compiler "
+             "is present (`cc`, `gcc` or `$CC`), it builds its host kernels once for this CPU "
+             "(float32 depthwise convolution and the epilogue's bias and activation, "
+             "gpucg/runtime/host_c.py) and caches them in the cache directory."),
         Setting("GPUCG_HOST_KEEP_MEMORY", _parse_bool, lambda: True,
              "Set to 0 to leave glibc's malloc as it is: by default a compiled model (an ONNX "
              "model, a graph) running on the numpy target asks it once to serve large arrays "

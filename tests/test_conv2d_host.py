@@ -14,6 +14,12 @@ import pytest
 import gpucg
 
 
+@pytest.fixture(autouse=True)
+def _numpy_paths(monkeypatch):
+    """These are the NumPy paths' tests: the C kernels (tests/test_host_c.py) stay off."""
+    monkeypatch.setenv("GPUCG_HOST_C", "0")
+
+
 def _ref(x, w, strides, padding, dilation, groups, bias=None):
     """Direct convolution in float64: each output a sum over its window."""
     x, w = x.astype(np.float64), w.astype(np.float64)

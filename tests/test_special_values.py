@@ -236,6 +236,7 @@ def test_epilogue_bias_and_activation_by_blocks(monkeypatch, activation, block):
     from gpucg.ops import _epilogue, _unary
     from gpucg.ops.conv2d import Conv2dAttrs
 
+    monkeypatch.setenv("GPUCG_HOST_C", "0")  # NumPy's blocks (tests/test_host_c.py: C's)
     rng = np.random.default_rng(3)
     special = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, -90, 90, 1e-40])
     monkeypatch.setattr(_unary, "BLOCK_ELEMENTS", block)

@@ -22,7 +22,8 @@ import sympy
 from ..codegen import Code
 from ..errors import AttrError, DTypeError, InputError, describe
 from ..op import Constraint
-from . import _expr, _unary
+from . import _expr, _host_c, _unary
+from ._expr import activation_tree
 
 #: the fused activations: "gelu" is the exact (erf) form, "gelu_tanh" the tanh approximation
 ACTIVATIONS = (None, *_unary.ACTIVATIONS)
@@ -84,17 +85,6 @@ def with_residual(arrays: tuple, bias, residual, n: int, dtype) -> tuple:
 
 # -- NumPy and C: the activation is the elementwise operator's expression -------------------
 
-def activation_tree(activation, dtype: str):
-    """The activation as a typed elementwise expression of one input (x0) of ``dtype``
-    (gpucg/ops/_unary.py holds its math), or None."""
-    if activation is None:
-        return None
-    if activation not in _unary.ACTIVATIONS:
-        raise AttrError(f"activation={activation!r} is unknown")
-    op, attrs = _unary.ACTIVATIONS[activation]
-    return _expr.typecheck(_expr.node(op, _expr.placeholders(1), attrs), (dtype,))
-
-
 def activate(y: np.ndarray, activation) -> np.ndarray:
     """The activation on a float array, as the elementwise operator of that name computes it."""
     return y if activation is None else _activation_function(activation, y.dtype.name)([y])
@@ -143,12 +133,10 @@ def dense_flat(y: np.ndarray):
 ROW_RUN = 64
 
 
-def bias_blocks(y: np.ndarray, bias):
-    """(block, its bias) pairs covering a dense ``y`` in memory order, each block contiguous
-    and about _unary's block size (in cache), its bias broadcasting against it: a (cols,)
-    row where the biased axis is innermost (channels last, a GEMM's columns), a (rows, 1)
-    column otherwise (NCHW planes). None where y is not dense or the bias varies along other
-    than one axis."""
+def bias_layout(y: np.ndarray, bias):
+    """(flat, outer, channels, inner, bias vector) of a dense ``y`` whose bias varies along one
+    axis: y's memory in order as (outer, channels, inner) (inner 1: channels last, a GEMM's
+    columns; NCHW planes otherwise); None where y is not dense or the bias is otherwise."""
     order = memory_order(y)
     b = np.asarray(bias)
     b = b.reshape((1,) * (y.ndim - b.ndim) + b.shape)
@@ -156,9 +144,20 @@ def bias_blocks(y: np.ndarray, bias):
     if order is None or len(axes) != 1 or b.ndim != y.ndim:
         return None
     pos, vec = order.index(axes[0]), b.reshape(-1).astype(y.dtype, copy=False)
-    outer = math.prod(y.shape[a] for a in order[:pos])
-    inner = math.prod(y.shape[a] for a in order[pos + 1:])
-    flat, size = y.transpose(order).reshape(-1), _unary.BLOCK_ELEMENTS
+    return (y.transpose(order).reshape(-1), math.prod(y.shape[a] for a in order[:pos]),
+            vec.size, math.prod(y.shape[a] for a in order[pos + 1:]), vec)
+
+
+def bias_blocks(y: np.ndarray, bias):
+    """(block, its bias) pairs covering a dense ``y`` in memory order (:func:`bias_layout`),
+    each block contiguous and about _unary's block size (in cache), its bias broadcasting
+    against it: a (cols,) row where the biased axis is innermost, a (rows, 1) column
+    otherwise. None where :func:`bias_layout` is."""
+    layout = bias_layout(y, bias)
+    if layout is None:
+        return None
+    flat, outer, _, inner, vec = layout
+    size = _unary.BLOCK_ELEMENTS
     if inner == 1 and vec.size < ROW_RUN:  # short rows: the bias tiled to whole rows, added flat
         step = max(1, size // vec.size) * vec.size
         tile = np.tile(vec, step // vec.size)
@@ -192,6 +191,19 @@ def _bias_activation(y: np.ndarray, bias, activation) -> bool:
     return True
 
 
+def _host_activation(y: np.ndarray, bias, activation) -> bool:
+    """The bias and the activation in one pass of gpucg/ops/_host_c.py's C kernel (float32,
+    y writeable and dense, an activation the kernels have); False where it does not apply."""
+    if activation is None or y.dtype != np.float32 or not y.flags.writeable \
+            or activation not in _host_c.ACTIVATIONS or _host_c.library() is None:
+        return False  # a bias alone: NumPy's add costs no more
+    layout = (dense_flat(y), 1, 1, y.size, None) if bias is None else bias_layout(y, bias)
+    if layout is None or layout[0] is None:
+        return False
+    flat, outer, channels, inner, vec = layout
+    return _host_c.epilogue(flat, outer, channels, inner, vec, activation)
+
+
 def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
     """The epilogue on a float result ``y`` (modified in place where possible); ``bias``
     already broadcasts against ``y``, as does ``residual``."""
@@ -203,7 +215,8 @@ def apply(y: np.ndarray, bias, residual, attrs) -> np.ndarray:
         if attrs.beta != 1.0:
             scaled = scaled * y.dtype.type(attrs.beta)
     before = scaled is not None and attrs.residual_position == "before"
-    if bias is not None and not before and _bias_activation(y, bias, attrs.activation):
+    if not before and (_host_activation(y, bias, attrs.activation) or bias is not None and
+                       _bias_activation(y, bias, attrs.activation)):
         return y if scaled is None else _add(y, scaled)
     if bias is not None:
         y += bias.astype(y.dtype, copy=False)

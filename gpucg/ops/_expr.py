@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import AttrError, describe
 from ..half import ML_DTYPES
 from . import _ewspec as spec
+from . import _unary
 
 #: inputs a fused expression may have
 MAX_INPUTS = 8
@@ -228,3 +229,14 @@ def to_c(t: Typed, d, inputs: tuple = (), temp: str = "t") -> tuple[list, str, d
         return name
 
     return lines, walk(t), helpers
+
+
+def activation_tree(activation, dtype: str):
+    """The activation of a fused epilogue (gpucg/ops/_epilogue.py) as a typed elementwise
+    expression of one input (x0) of ``dtype`` (gpucg/ops/_unary.py holds its math), or None."""
+    if activation is None:
+        return None
+    if activation not in _unary.ACTIVATIONS:
+        raise AttrError(f"activation={activation!r} is unknown")
+    op, attrs = _unary.ACTIVATIONS[activation]
+    return typecheck(node(op, placeholders(1), attrs), (dtype,))

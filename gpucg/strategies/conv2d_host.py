@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops import _host_c
 from ..ops.conv2d import epilogue, from_nchw, host_view, to_nchw
 
 
@@ -89,6 +90,20 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
     g, strides, dilation = attrs.groups, attrs.strides, attrs.dilation
     (sh, sw), (dh, dw) = strides, dilation
     last = channels_last(x)
+    if i == 1 and g > 1 and o == g and acc == np.float32 and _host_c.library() is not None:
+        # in C (gpucg/ops/_host_c.py), the bias and the activation in the kernel where no
+        # scale or residual comes between them (an activation it lacks then runs after it)
+        fused = residual is None and attrs.alpha == 1.0
+        act = attrs.activation if fused and attrs.activation in _host_c.ACTIVATIONS else None
+        y = _host_c.depthwise(x, w, bias if fused else None, act, strides, dilation, pads,
+                              oh, ow)
+        if y is not None:
+            if not fused:
+                res = None if residual is None else to_nchw(residual, attrs.data_layout)
+                y = epilogue(y, bias, attrs.activation, out_dtype, res, attrs)
+            elif act != attrs.activation:  # an activation the kernels lack
+                y = epilogue(y, None, attrs.activation, out_dtype)
+            return from_nchw(y.astype(out_dtype, copy=False), attrs.data_layout)
     if i == 1 and g > 1 and o == g:
         planes = dh != 1 or dw != 1 or (not last and kh * kw <= 9 and
                                         oh * (ow + (kw - 1) // sw) >= PLANE_RUN)
