@@ -13,12 +13,19 @@ checkout's), so the machine's load falls on both alike. ``--swap MODULE:NAME`` n
 model's code reads the function (the module that imported it by name), and NAME is taken from
 the old source of ``--module``. Prints the medians of the process's CPU time a call and the
 ratio; each round also checks that both versions give onnxruntime's output.
+
+``--toggle ENV`` compares a setting instead: before with ENV=0, after with ENV=1 (e.g.
+GPUCG_HOST_C, the numpy target's C kernels), in turns under one compiled model:
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/host_ab.py --toggle GPUCG_HOST_C --models ...
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
+import os
 import importlib.util
 import statistics
 import subprocess
@@ -48,9 +55,10 @@ def old_module(rev: str, path: str):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rev", required=True, help="git revision of the 'before' module")
-    p.add_argument("--module", required=True, help="its path, e.g. gpucg/strategies/x.py")
-    p.add_argument("--swap", required=True, help="MODULE:NAME the model's code calls")
+    p.add_argument("--rev", help="git revision of the 'before' module")
+    p.add_argument("--module", help="its path, e.g. gpucg/strategies/x.py")
+    p.add_argument("--swap", help="MODULE:NAME the model's code calls")
+    p.add_argument("--toggle", help="a setting: before with it 0, after with it 1")
     p.add_argument("--models", default="efficientnet_b0,mobilenet_v3")
     p.add_argument("--rounds", type=int, default=11)
     p.add_argument("--batch", type=int, default=3)
@@ -61,16 +69,24 @@ def main(argv=None) -> int:
     import model_zoo as zoo
     from gpucg import onnx as gonnx
 
-    where, name = args.swap.split(":")
-    target = importlib.import_module(where)
-    versions = {"before": getattr(old_module(args.rev, args.module), name),
-                "after": getattr(target, name)}
-    print(f"{args.module} at {args.rev} (before) and in {ROOT} (after), {name} swapped in "
-          f"{where}; {args.rounds} rounds, batch {args.batch}, CPU time a call (medians)")
+    if args.toggle:
+        target, name = os.environ, args.toggle
+        versions = {"before": "0", "after": "1"}
+        print(f"{name}=0 (before) and {name}=1 (after) in {ROOT}; {args.rounds} rounds, batch "
+              f"{args.batch}, CPU time a call (medians)")
+    else:
+        where, name = args.swap.split(":")
+        target = importlib.import_module(where)
+        versions = {"before": getattr(old_module(args.rev, args.module), name),
+                    "after": getattr(target, name)}
+        print(f"{args.module} at {args.rev} (before) and in {ROOT} (after), {name} swapped in "
+              f"{where}; {args.rounds} rounds, batch {args.batch}, CPU time a call (medians)")
+    put = target.__setitem__ if args.toggle else functools.partial(setattr, target)
     for model in args.models.split(","):
         spec = zoo.BUILDERS[model]("bench")
         proto = zoo.export(spec, dynamo=False).SerializeToString()
-        feeds = spec.feeds(args.batch, 224, seed=0)
+        x = spec.inputs.get("x")  # images and audio at their export size, text at 128 tokens
+        feeds = spec.feeds(args.batch, 128 if x is None else int(x.shape[-1]), seed=0)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = opts.inter_op_num_threads = 1
         sess = ort.InferenceSession(proto, opts, providers=["CPUExecutionProvider"])
@@ -79,7 +95,7 @@ def main(argv=None) -> int:
         calls = {"onnxruntime": lambda: sess.run(None, feeds)}
         for tag, fn in versions.items():
             def call(fn=fn):
-                setattr(target, name, fn)
+                put(name, fn)
                 return compiled.run(None, feeds)[0]
             err = float(np.max(np.abs(call() - want)) / np.max(np.abs(want)))
             print(f"  {model} {tag}: rel err against onnxruntime {err:.1e}")
@@ -91,7 +107,7 @@ def main(argv=None) -> int:
                 c0 = time.process_time()
                 calls[k]()
                 cpu[k].append(time.process_time() - c0)
-        setattr(target, name, versions["after"])
+        put(name, versions["after"])
         med = {k: statistics.median(v) for k, v in cpu.items()}
         base = med["onnxruntime"]
         print(f"{model}: onnxruntime {base * 1e3:.1f} ms; before {med['before'] * 1e3:.1f} ms "

@@ -155,3 +155,47 @@ def test_without_the_kernels_numpy_runs(monkeypatch):
         monkeypatch.delenv("CC")
         _host_c.forget()
     assert _host_c.status()[0]
+
+
+DIRECT = [  # n, c, o, (h, w), (kh, kw), strides, pads, dilation
+    (2, 3, 16, (15, 13), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),  # a stem, rows of 7 and 8
+    (1, 3, 20, (8, 9), (4, 4), (4, 4), (0, 0, 0, 3), (1, 1)),  # a patchify, 8 + 8 + a tail of 4
+    (1, 2, 5, (9, 6), (3, 2), (1, 2), (2, 0, 1, 1), (2, 1)),  # outputs below one vector
+]
+
+
+@pytest.mark.parametrize("activation", [None, "hardswish", "gelu"])
+def test_direct_equals_the_reference(activation):
+    """Few taps an output (a stem, a patchify: one group) through the C direct kernel equals a
+    float64 direct convolution (padded, strided, dilated; output rows not a multiple of 4,
+    output counts not a multiple of 8), NCHW and channels-last data; channels-last result."""
+    rng = np.random.default_rng(9)
+    for n, c, o, (h, wd), (kh, kw), strides, pads, dilation in DIRECT:
+        for last in (False, True):
+            x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+            data = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) \
+                if last else x
+            w = rng.standard_normal((o, c, kh, kw)).astype(np.float32)
+            b = rng.standard_normal(o).astype(np.float32)
+            y = gpucg.to_host(gpucg.ops.conv2d(data, w, bias=b, strides=strides, padding=pads,
+                                               dilation=dilation, activation=activation,
+                                               target="numpy"))
+            z = _direct_reference(x, w, b, strides, pads, dilation)
+            want = z if activation is None else _unary.TABLE[activation].numpy(z, {})
+            np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5)
+            assert y.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def _direct_reference(x, w, b, strides, pads, dilation):
+    """Direct convolution (one group) in float64."""
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    o, c, kh, kw = w.shape
+    oh = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (xp.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    y = np.zeros((x.shape[0], o, oh, ow)) + b[None, :, None, None]
+    for r in range(kh):
+        for q in range(kw):
+            tap = xp[:, :, r * dh:r * dh + (oh - 1) * sh + 1:sh, q * dw:q * dw + (ow - 1) * sw + 1:sw]
+            y += np.einsum("nchw,oc->nohw", tap, w[:, :, r, q].astype(np.float64))
+    return y

@@ -105,7 +105,10 @@ def _build():
     lib.gpucg_epilogue.argtypes = (_PTR, _LONG, _LONG, _LONG, _PTR, ctypes.c_int)
     lib.gpucg_depthwise.argtypes = (_PTR,) + (_LONG,) * 7 + (_PTR,) + (_LONG,) * 10 + (
         _PTR, ctypes.c_int, _PTR)
+    lib.gpucg_direct.argtypes = (_PTR,) + (_LONG,) * 4 + (_PTR,) + (_LONG,) * 9 + (
+        _PTR, ctypes.c_int, _PTR)
     lib.gpucg_epilogue.restype = lib.gpucg_depthwise.restype = ctypes.c_int
+    lib.gpucg_direct.restype = ctypes.c_int
     return lib, f"{cc} ({version[0] if version else 'unknown version'})"
 
 
@@ -143,5 +146,25 @@ def depthwise(x: np.ndarray, w: np.ndarray, bias, activation, strides, dilation,
     if lib.gpucg_depthwise(_ptr(nhwc), sn, sh, sw, n, h, wd, c, _ptr(k), k.shape[0], k.shape[1],
                            *strides, *dilation, pads[0], pads[1], oh, ow, _ptr(b),
                            ACTIVATIONS.index(activation), _ptr(y)):
+        return None
+    return y.transpose(0, 3, 1, 2)
+
+
+def direct(xp: np.ndarray, w: np.ndarray, bias, activation, strides, dilation, oh: int,
+           ow: int):
+    """The convolution (one group) of float32 ``xp`` (n, c, hp, wp), already zero-padded, by
+    ``w`` (o, c, kh, kw), plus ``bias`` and the activation, by taps (few an output: a stem's):
+    the NHWC result as an NCHW-shaped view, or None where the kernels do not apply."""
+    lib = library()
+    if lib is None or activation not in ACTIVATIONS or xp.dtype != np.float32:
+        return None
+    n, c, hp, wp = xp.shape
+    o, _, kh, kw = w.shape
+    x = np.ascontiguousarray(xp)
+    wt = np.ascontiguousarray(w.transpose(1, 2, 3, 0), np.float32)  # (c, kh, kw, o)
+    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    y = np.empty((n, oh, ow, o), np.float32)
+    if lib.gpucg_direct(_ptr(x), n, c, hp, wp, _ptr(wt), o, kh, kw, *strides, *dilation, oh, ow,
+                        _ptr(b), ACTIVATIONS.index(activation), _ptr(y)):
         return None
     return y.transpose(0, 3, 1, 2)

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import _host_c
 from ..ops.conv2d import epilogue, from_nchw, host_view, to_nchw
+from .conv2d_c import RUNS_K, conv2d_c
 
 
 def acc_dtype(dtype) -> np.dtype:
@@ -68,10 +68,6 @@ RUNS_LAST_CHANNELS = 32
 #: over the rows of every image (7x7 planes of EfficientNet-B0: 0.81-0.90x the time of one GEMM
 #: an image; 14x14 0.92-0.99x; the 112x112 stem output's 1.5x)
 FOLD_PLANE = 14 * 14
-#: im2col by runs (see _im2col_runs) where a column has at most this many taps (a stem's
-#: 3x3 over 3 channels: 27; a 4x4 patchify: 48): there the copy is the work, 3-3.7x faster by
-#: runs; with more taps the GEMM dominates and both copies cost alike
-RUNS_K = 64
 
 
 def channels_last(x) -> bool:
@@ -90,20 +86,10 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
     g, strides, dilation = attrs.groups, attrs.strides, attrs.dilation
     (sh, sw), (dh, dw) = strides, dilation
     last = channels_last(x)
-    if i == 1 and g > 1 and o == g and acc == np.float32 and _host_c.library() is not None:
-        # in C (gpucg/ops/_host_c.py), the bias and the activation in the kernel where no
-        # scale or residual comes between them (an activation it lacks then runs after it)
-        fused = residual is None and attrs.alpha == 1.0
-        act = attrs.activation if fused and attrs.activation in _host_c.ACTIVATIONS else None
-        y = _host_c.depthwise(x, w, bias if fused else None, act, strides, dilation, pads,
-                              oh, ow)
+    if acc == np.float32:  # C kernels where a compiler is present (gpucg/ops/_host_c.py)
+        y = conv2d_c(x, w, bias, attrs, out_dtype, residual, pads, oh, ow)
         if y is not None:
-            if not fused:
-                res = None if residual is None else to_nchw(residual, attrs.data_layout)
-                y = epilogue(y, bias, attrs.activation, out_dtype, res, attrs)
-            elif act != attrs.activation:  # an activation the kernels lack
-                y = epilogue(y, None, attrs.activation, out_dtype)
-            return from_nchw(y.astype(out_dtype, copy=False), attrs.data_layout)
+            return y
     if i == 1 and g > 1 and o == g:
         planes = dh != 1 or dw != 1 or (not last and kh * kw <= 9 and
                                         oh * (ow + (kw - 1) // sw) >= PLANE_RUN)
