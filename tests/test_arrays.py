@@ -286,3 +286,23 @@ def test_the_fast_path_keeps_no_input_alive():
     del t
     gc.collect()
     assert gone() is None
+
+
+def test_large_buffers_take_huge_pages_and_keep_their_values():
+    """Buffers of HUGE_BYTES and more on a host-memory device are the device's own memory,
+    asked for huge pages through one map before their first touch and filled through it: an
+    upload of an odd size comes back exact, and a kernel's fresh result too."""
+    from gpucg.runtime import host_memory
+
+    _shares_host()
+    be = get_backend("opencl")
+    n = host_memory.HUGE_BYTES // 4 + 1001  # not a whole number of pages
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    d = be.to_device(x)
+    np.testing.assert_array_equal(be.to_host(d), x)
+    y = be.to_host(gpucg.ops.negative(d, target="opencl"))
+    np.testing.assert_array_equal(y, -x)
+    if host_memory.huge_pages_advisable():
+        page = np.empty(host_memory.HUGE_BYTES, np.uint8)
+        assert host_memory.advise_huge_pages(page.ctypes.data, page.nbytes)
+    assert not host_memory.advise_huge_pages(4097, 100)  # no whole page in the range

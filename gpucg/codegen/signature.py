@@ -55,6 +55,12 @@ def parameters(source: str, entry: str) -> tuple[tuple[str, str], ...]:
     return tuple((re.findall(r"[A-Za-z_]\w*", p)[-1], _kind(p)) for p in params)
 
 
+@functools.lru_cache(maxsize=None)
+def _type_name(t: type) -> str:
+    """A scalar argument's type as the kernel's parameter kinds spell it (NumPy's dtype names)."""
+    return np.dtype(t).name if issubclass(t, np.generic) else t.__name__
+
+
 def order(entry: str, params, named: dict, positional: tuple = ()) -> tuple:
     """The launch's arguments, given by name, in the kernel's order; StrategyError naming
     what is missing, extra or of the wrong kind, or any argument given by position."""
@@ -75,8 +81,7 @@ def order(entry: str, params, named: dict, positional: tuple = ()) -> tuple:
     for name, kind in wanted:
         value = named[name]
         if kind.startswith(("int", "uint", "float")):
-            got = np.dtype(type(value)).name if isinstance(value, np.generic) else \
-                type(value).__name__
+            got = _type_name(type(value))
             if got != kind:
                 raise StrategyError(f"launch of {entry}: argument {name} is {got} "
                                     f"({value!r}); the kernel declares {kind}")

@@ -41,3 +41,32 @@ def keep_freed_memory() -> int:
         return 0
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return MMAP if mallopt(M_MMAP_THRESHOLD, MMAP) and mallopt(M_TRIM_THRESHOLD, TRIM) else 0
+
+
+#: buffers of at least this many bytes ask for transparent huge pages (NumPy's own threshold)
+HUGE_BYTES = 4 << 20
+MADV_HUGEPAGE, _PAGE = 14, 4096
+
+
+@functools.cache
+def huge_pages_advisable() -> bool:
+    """Whether the kernel takes madvise(MADV_HUGEPAGE): Linux with transparent huge pages in
+    "madvise" or "always" mode."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read()
+    except OSError:
+        return False
+    return "[never]" not in mode and getattr(ctypes.CDLL(None), "madvise", None) is not None
+
+
+def advise_huge_pages(address: int, nbytes: int) -> bool:
+    """Ask for huge pages on the whole pages of [address, address + nbytes) before they are
+    first touched (NumPy does the same for its large arrays); False where refused."""
+    start = -(-address // _PAGE) * _PAGE
+    end = (address + nbytes) // _PAGE * _PAGE
+    if end <= start:
+        return False
+    madvise = ctypes.CDLL(None).madvise
+    madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return madvise(start, end - start, MADV_HUGEPAGE) == 0

@@ -19,6 +19,7 @@ from ..errors import CompileError, InputError, LaunchError, TargetUnavailableErr
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key, keeps_own_binaries
+from .opencl_huge import c_strides, huge_buffer
 from .opencl_align import HOST_PTR_ALIGN, vector_align
 from .opencl_gather import GATHER_WG, UNITS, gather_source
 
@@ -255,10 +256,10 @@ class OpenCLBackend(Backend):
         return DeviceArray(buf, shape, dtype, fresh=True)
 
     def _buffer(self, nbytes: int, like=None):
-        """A new buffer of ``nbytes`` (a copy of ``like``) in the device's own memory. Not NumPy
-        memory through CL_MEM_USE_HOST_PTR, though NumPy's huge pages stream about 15% faster on
-        PoCL: an array freed while a queued kernel still used that memory corrupted the heap
-        (84913a7)."""
+        """A new buffer of ``nbytes`` (a copy of ``like``), large ones in huge pages."""
+        buf = self.shares_host and huge_buffer(self.cl, self.context, self.queue, nbytes, like)
+        if buf:
+            return buf
         mf = self.cl.mem_flags
         if like is None:
             return self.cl.Buffer(self.context, mf.READ_WRITE, max(nbytes, 1))
@@ -327,10 +328,16 @@ class OpenCLBackend(Backend):
                              "gpucg.asarray(x, target='opencl'), or pass gpucg.to_host(x)")
 
     def export(self, array):
-        """A pyopencl.array.Array of a gpucg array (no copy), for callers on the device."""
-        if isinstance(array, DeviceArray):
+        """A pyopencl.array.Array of a gpucg array (no copy), for callers on the device, by
+        pyopencl's fast constructor (its checks cost ~40 us a call) where it has one."""
+        if not isinstance(array, DeviceArray):
+            return array
+        try:
+            return self.cla.Array(None, array.shape, array.dtype, data=array.data, _fast=True,
+                                  strides=c_strides(array.shape, array.dtype.itemsize),
+                                  _size=array.size, _context=self.context, _queue=self.queue)
+        except TypeError:  # a pyopencl without the fast constructor
             return self.cla.Array(self.queue, array.shape, array.dtype, data=array.data)
-        return array
 
     def owns(self, array) -> bool:
         if not self._ready:
