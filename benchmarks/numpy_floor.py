@@ -13,8 +13,9 @@ avoid in NumPy, each on arrays of the call's own sizes, median of --repeat runs:
 - activations: the epilogue's own block functions (gpucg.ops._unary.BLOCKS: SiLU's exp,
   hardswish's clip) over an array of the output's size.
 Everything else (padding and phase copies, bias adds, squeeze-excite products, pools, Python
-between calls) counts as zero, so the sum is a lower bound of gpucg's forward. It is printed
-beside onnxruntime's forward and gpucg's (interleaved in this process, one thread each).
+between calls) counts as zero, so the sum is a lower bound of a forward in NumPy alone. It is
+printed beside onnxruntime's forward and gpucg's, in NumPy alone (GPUCG_HOST_C=0) and with its
+C kernels (gpucg/ops/_host_c.py), interleaved in this process, one thread each.
 """
 
 from __future__ import annotations
@@ -112,9 +113,9 @@ def floor(calls, repeat: int) -> dict:
                 a = rng.standard_normal((g, n * oh * ow, i * kh * kw)).astype(np.float32)
                 b = rng.standard_normal((g, i * kh * kw, o // g)).astype(np.float32)
                 out["gemm"] += _median(lambda: np.matmul(a, b), repeat)
-        if act in _unary.BLOCKS:
+        if act in _unary.BLOCKS or act == "relu":
             z = rng.standard_normal(y.size).astype(np.float32)
-            fn = _unary.BLOCKS[act]
+            fn = _unary.BLOCKS.get(act) or (lambda v, t: np.maximum(v, np.float32(0), out=v))
             out[act] += _median(lambda: _unary.in_blocks(z, fn), repeat)
     return dict(out)
 
@@ -130,6 +131,7 @@ def main(argv=None) -> int:
     import onnxruntime as ort
 
     from gpucg import onnx as gonnx
+    from gpucg import settings
 
     for model in args.models.split(","):
         spec = zoo.BUILDERS[model]("bench")
@@ -140,17 +142,25 @@ def main(argv=None) -> int:
         sess = ort.InferenceSession(proto, opts, providers=["CPUExecutionProvider"])
         compiled = gonnx.compile(proto, target="numpy")
         parts = floor(record(compiled, feeds), args.repeat)
+        def gpucg_run(host_c):
+            def run():
+                with settings.scope(GPUCG_HOST_C=host_c):
+                    compiled.run(None, feeds)
+            return run
+
         runs = {"onnxruntime": lambda: sess.run(None, feeds),
-                "gpucg numpy": lambda: compiled.run(None, feeds)}
+                "NumPy alone": gpucg_run("0"), "with C kernels": gpucg_run("1")}
         times = {k: [] for k in runs}
         for r in range(2 * args.repeat + 1):
             for k in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
                 times[k].append(_median(runs[k], 1))
-        ort_t, ours = (statistics.median(times[k]) for k in runs)
+        ort_t, alone, with_c = (statistics.median(times[k]) for k in runs)
         total = sum(parts.values())
-        print(f"{model} (batch {args.batch}): onnxruntime {ort_t * 1e3:.1f} ms, gpucg numpy "
-              f"{ours * 1e3:.1f} ms ({ours / ort_t:.2f}x); NumPy floor {total * 1e3:.1f} ms "
-              f"({total / ort_t:.2f}x onnxruntime, {total / ours:.0%} of gpucg's forward)")
+        print(f"{model} (batch {args.batch}): onnxruntime {ort_t * 1e3:.1f} ms; gpucg numpy "
+              f"target, NumPy alone {alone * 1e3:.1f} ms ({alone / ort_t:.2f}x), with its C "
+              f"kernels {with_c * 1e3:.1f} ms ({with_c / ort_t:.2f}x); NumPy floor "
+              f"{total * 1e3:.1f} ms ({total / ort_t:.2f}x onnxruntime, {total / alone:.0%} of "
+              f"NumPy alone's forward)")
         for k, v in sorted(parts.items(), key=lambda kv: -kv[1]):
             print(f"  {k:10s} {v * 1e3:7.1f} ms  ({v / ort_t:.2f}x onnxruntime's whole forward)")
     return 0
