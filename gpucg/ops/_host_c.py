@@ -3,11 +3,13 @@
 NumPy has no fused multiply-add over a window and its float32 exp costs 6-13 simple passes, so
 a depthwise convolution runs at about 2.7 GMAC/s in its best einsum form and SiLU at 2.3-3.4 ns
 an element, which puts EfficientNet-B0's NumPy floor above twice onnxruntime's whole forward
-(benchmarks/numpy_floor.py). Two float32 kernels of templates/host/kernels.c.j2 take those paths
-where a C compiler is present: depthwise convolution on channels-last data with its bias and
-activation, and the epilogue's bias and activation; each activation is the elementwise
-operator's own C expression (gpucg/ops/_unary.py), its exp a vectorizable float32 one (about
-1 ulp). Everything else, and every machine without a compiler (or with GPUCG_HOST_C=0), runs
+(benchmarks/numpy_floor.py). Three float32 kernels of templates/host/kernels.c.j2 take those
+paths where a C compiler is present (strategies/conv2d_c.py and ops/_epilogue.py call them):
+depthwise convolution on channels-last data and the direct convolution of few taps an output
+(a stem, a patchify), each with its bias and activation, and the epilogue's bias and
+activation; each activation is the elementwise operator's own C expression (gpucg/ops/
+_unary.py, as the OpenCL kernels spell it), its exp a vectorizable float32 one (within 4 ulp of
+NumPy's). Everything else, and every machine without a compiler (or with GPUCG_HOST_C=0), runs
 the NumPy paths. The library is cached in the cache directory by a key of its source, the
 compiler's version and flags and this CPU's features.
 """
