@@ -9,6 +9,7 @@ results come back mapped (``to_host``) instead of copied into fresh host memory.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 import numpy as np
@@ -20,7 +21,7 @@ from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key, keeps_own_binaries
 from .opencl_huge import c_strides, huge_buffer
-from .opencl_align import HOST_PTR_ALIGN, vector_align
+from .opencl_align import HOST_PTR_ALIGN, scalar_dtypes, vector_align
 from .opencl_gather import GATHER_WG, UNITS, gather_source
 
 log = logging.getLogger("gpucg.runtime")
@@ -67,6 +68,7 @@ class OpenCLProgram(Program):
         self.align = align
         self.lock = threading.Lock()
         self._static_local = None
+        self._types = None  # the argument types the kernel's scalar dtypes were declared for
 
     def launch(self, args, grid: tuple, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
@@ -84,13 +86,15 @@ class OpenCLProgram(Program):
         cla = self.backend.cla
         raw = [a.data if isinstance(a, DeviceArray) else a.base_data if isinstance(a, cla.Array)
                else a for a in args]
+        types = tuple(map(type, raw))
         try:
             with self.lock:  # pyopencl sets the shared kernel's arguments, then enqueues
-                if grid[1] == grid[2] == 1:
-                    self.kernel(self.backend.queue, (grid[0] * block,), (block,), *raw)
-                else:
-                    self.kernel(self.backend.queue, (grid[0] * block, grid[1], grid[2]),
-                                (block, 1, 1), *raw)
+                if types != self._types:
+                    self.kernel.set_scalar_arg_dtypes(scalar_dtypes(types))
+                    self._types = types
+                gs, ls = (((grid[0] * block,), (block,)) if grid[1] == grid[2] == 1 else
+                          ((grid[0] * block, grid[1], grid[2]), (block, 1, 1)))
+                self.kernel(self.backend.queue, gs, ls, *raw)
         except cl.Error as exc:
             raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
                               f"failed: {exc}") from None
@@ -248,10 +252,7 @@ class OpenCLBackend(Backend):
         self._require()
         dtype = np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
-        size = 1
-        for d in shape:
-            size *= d
-        buf = self._buffer(size * dtype.itemsize)
+        buf = self._buffer(math.prod(shape) * dtype.itemsize)
         stats.bump("buffers")
         return DeviceArray(buf, shape, dtype, fresh=True)
 
@@ -292,8 +293,7 @@ class OpenCLBackend(Backend):
         return DeviceArray(buf, array.shape, array.dtype, host=array)
 
     def align_borrowed(self, array: DeviceArray, align: int) -> None:
-        """A borrowed input copied (once) for a kernel that needs more alignment than its host
-        memory has; the copy replaces the host memory for the rest of the call."""
+        """A borrowed input copied (once, for the call) for a kernel needing more alignment."""
         if array.host.ctypes.data % align:
             copy = self.to_device(array.host)
             array.data, array.host = copy.data, None
