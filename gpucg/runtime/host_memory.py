@@ -49,6 +49,15 @@ MADV_HUGEPAGE, _PAGE = 14, 4096
 
 
 @functools.cache
+def _madvise():
+    """libc's madvise with its argument types, or None."""
+    fn = getattr(ctypes.CDLL(None), "madvise", None)
+    if fn is not None:
+        fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
+    return fn
+
+
+@functools.cache
 def huge_pages_advisable() -> bool:
     """Whether the kernel takes madvise(MADV_HUGEPAGE): Linux with transparent huge pages in
     "madvise" or "always" mode."""
@@ -57,7 +66,7 @@ def huge_pages_advisable() -> bool:
             mode = f.read()
     except OSError:
         return False
-    return "[never]" not in mode and getattr(ctypes.CDLL(None), "madvise", None) is not None
+    return "[never]" not in mode and _madvise() is not None
 
 
 def advise_huge_pages(address: int, nbytes: int) -> bool:
@@ -65,8 +74,7 @@ def advise_huge_pages(address: int, nbytes: int) -> bool:
     first touched (NumPy does the same for its large arrays); False where refused."""
     start = -(-address // _PAGE) * _PAGE
     end = (address + nbytes) // _PAGE * _PAGE
-    if end <= start:
+    madvise = _madvise()
+    if end <= start or madvise is None:
         return False
-    madvise = ctypes.CDLL(None).madvise
-    madvise.argtypes, madvise.restype = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int), ctypes.c_int
     return madvise(start, end - start, MADV_HUGEPAGE) == 0

@@ -28,8 +28,8 @@ def conv2d_c(x, w, bias, attrs, out_dtype, residual, pads, oh: int, ow: int):
             return _host_c.depthwise(x, w, b, a, attrs.strides, attrs.dilation, pads, oh, ow)
     elif g == 1 and kh * kw > 1 and i * kh * kw <= RUNS_K:
         def kernel(b, a):
-            return _host_c.direct(_zero_padded(x, pads), w, b, a, attrs.strides,
-                                  attrs.dilation, oh, ow)
+            return _host_c.direct(np.ascontiguousarray(padded(x, pads, np.float32)), w, b, a,
+                                  attrs.strides, attrs.dilation, oh, ow)
     else:
         return None
     fused = residual is None and attrs.alpha == 1.0
@@ -45,10 +45,15 @@ def conv2d_c(x, w, bias, attrs, out_dtype, residual, pads, oh: int, ow: int):
     return from_nchw(y.astype(out_dtype, copy=False), attrs.data_layout)
 
 
-def _zero_padded(x, pads):
-    """x (NCHW-shaped) as a dense NCHW float32 array with zeros around its planes."""
+def padded(x, pads, acc):
+    """x (NCHW-shaped) with zeros around its planes (top, left, bottom, right), NCHW in dtype
+    ``acc``; x itself where there is no padding."""
     pt, pl, pb, pr = pads
+    if not any(pads):
+        return x
     n, c, h, wd = x.shape
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), np.float32)
+    xp = np.empty((n, c, h + pt + pb, wd + pl + pr), acc)  # zeros on the borders only
+    xp[:, :, :pt], xp[:, :, pt + h:] = 0, 0
+    xp[:, :, pt:pt + h, :pl], xp[:, :, pt:pt + h, pl + wd:] = 0, 0
     xp[:, :, pt:pt + h, pl:pl + wd] = x
     return xp

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.conv2d import epilogue, from_nchw, host_view, to_nchw
-from .conv2d_c import RUNS_K, conv2d_c
+from .conv2d_c import RUNS_K, conv2d_c, padded
 
 
 def acc_dtype(dtype) -> np.dtype:
@@ -112,28 +112,15 @@ def numpy_conv2d(data, weight, bias, attrs, out_dtype, residual=None) -> np.ndar
         np.matmul(w.reshape(o, c), np.ascontiguousarray(x).reshape(n, c, h * wd),
                   out=y.reshape(n, o, oh * ow))
     elif i == 1 and g > 1:
-        y = _depthwise_multiplier(_padded(x, pads, acc), w, n, c, oh, ow, strides, dilation,
+        y = _depthwise_multiplier(padded(x, pads, acc), w, n, c, oh, ow, strides, dilation,
                                   acc)
     elif i * kh * kw <= RUNS_K and (kw - 1) * dw // sw <= ow // 8:
         y = _im2col_runs(x, w, pads, oh, ow, strides, dilation, acc)
     else:
-        y = _im2col(_padded(x, pads, acc), w, n, g, oh, ow, strides, dilation, acc)
+        y = _im2col(padded(x, pads, acc), w, n, g, oh, ow, strides, dilation, acc)
     res = None if residual is None else to_nchw(residual, attrs.data_layout)
     return from_nchw(epilogue(y, bias, attrs.activation, out_dtype, res, attrs),
                      attrs.data_layout)
-
-
-def _padded(x, pads, acc):
-    """x with zeros around its planes (top, left, bottom, right)."""
-    pt, pl, pb, pr = pads
-    if not any(pads):
-        return x
-    n, c, h, wd = x.shape
-    xp = np.empty((n, c, h + pt + pb, wd + pl + pr), acc)  # zeros on the borders only
-    xp[:, :, :pt], xp[:, :, pt + h:] = 0, 0
-    xp[:, :, pt:pt + h, :pl], xp[:, :, pt:pt + h, pl + wd:] = 0, 0
-    xp[:, :, pt:pt + h, pl:pl + wd] = x
-    return xp
 
 
 def _depthwise(x, w, pads, oh, ow, strides, dilation, acc, bias=None):
@@ -270,17 +257,22 @@ def _depthwise_window(x, w, pads, oh, ow, strides, acc):
     tiled = kh * kw * ow * c * it <= DEPTHWISE_BYTES
     if tiled:  # along an output row: the einsum's runs are whole rows (ow * c)
         k = np.ascontiguousarray(np.broadcast_to(k[:, :, None, :], (kh, kw, ow, c)))
-    rs = wp * c * it  # a padded row's bytes
     rows = max(1, min(oh, DEPTHWISE_BYTES // (it * ow * c)))
     for img in range(n):
         for i0 in range(0, oh, rows):
             m = min(rows, oh - i0)
-            view = np.lib.stride_tricks.as_strided(
-                xp[img, i0 * sh:], shape=(kh, kw, m, ow, c),
-                strides=(rs, c * it, sh * rs, sw * c * it, it))
+            view = window_view(xp[img, i0 * sh:], kh, kw, m, ow, sh, sw)
             np.einsum("rqmjc,rqjc->mjc" if tiled else "rqmjc,rqc->mjc", view, k,
                       out=y[img, i0:i0 + m])
     return y.transpose(0, 3, 1, 2)
+
+
+def window_view(rows: np.ndarray, kh: int, kw: int, m: int, ow: int, sh: int, sw: int):
+    """(kh, kw, m, ow, c) view of padded NHWC ``rows`` (hp, wp, c) of one image, dense: tap
+    (r, q) of output (i, j) reads row i * sh + r, column j * sw + q (no copy)."""
+    rs, cs, it = rows.strides
+    return np.lib.stride_tricks.as_strided(rows, shape=(kh, kw, m, ow, rows.shape[2]),
+                                           strides=(rs, cs, sh * rs, sw * cs, it))
 
 
 def _depthwise_multiplier(xp, w, n, c, oh, ow, strides, dilation, acc):
