@@ -1,5 +1,7 @@
 """What an implementation's launch code sees while a compiled operator runs: RunContext (the
-call's attrs, config, fixed parameters, arrays) and a Launcher per kernel."""
+call's attrs, config, fixed parameters, arrays) and a Launcher per kernel; and Replay, the
+launches of one run kept to be made again for arrays of the same shapes without running the
+implementation's launch code (its Python costs a small call more than the launch itself)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ class Launcher:
         one declaration of its parameters, orders and checks them. An argument by position
         is a StrategyError."""
         ctx = self.ctx
-        compiled = ctx.compiled
+        compiled = ctx._compiled
         program = compiled.program(ctx.index, self.key, ctx.wide)
         spec = compiled.specs(ctx.index)[self.key]
         shared = spec.dynamic_local
@@ -35,6 +37,8 @@ class Launcher:
         args = order(spec.entry, params, named, positional)
         if compiled.launch_check is not None:
             compiled.launch_check(program, self.key, grid, block, shared)
+        if ctx._launches is not None:
+            ctx._launches.append((program, args, grid, block, shared))
         program(*args, grid=grid, block=block, shared=shared)
 
 
@@ -50,29 +54,46 @@ class RunContext:
         wide: 64-bit indexing; idx: the NumPy type of size arguments.
     """
 
-    def __init__(self, compiled, index: int, inputs, out_shapes, wide: bool):
+    def __init__(self, compiled, index: int, inputs, out_shapes, wide: bool,
+                 record: bool = False):
         choice = compiled.selection.choices[index]
-        self.compiled = compiled
+        self._compiled = compiled
         self.index = index
         self.attrs = compiled.attrs
         self.config = choice.config
         self.impl = choice.impl
         self.fixed = choice.impl.fixed
         self.info = choice.impl.info
-        self.backend = compiled.backend
+        self._backend = compiled.backend
         self.inputs = inputs
         self.out_shapes = out_shapes
         self._outputs = None
         self.wide = wide
         self.idx = np.int64 if wide else np.int32
+        #: recording (see replay): each launch, and each scratch array's (shape, dtype)
+        self._launches = [] if record else None
+        self._scratch = []
+
+    # a run that reaches the backend or the compiled operator itself (to read data back, count
+    # bad input, upload a table) does more than launch: it is not recorded for replay
+    @property
+    def backend(self):
+        self._launches = None
+        return self._backend
+
+    @property
+    def compiled(self):
+        self._launches = None
+        return self._compiled
 
     @property
     def outputs(self) -> tuple:
         if self._outputs is None:
-            inplace = dict(self.compiled.op.inplace)  # those are inputs, written in place
+            compiled = self._compiled
+            inplace = dict(compiled.op.inplace)  # those are inputs, written in place
             self._outputs = tuple(self.inputs[inplace[i]] if i in inplace else
-                                  self.backend.empty(s, t.dtype) for i, (s, t) in
-                                  enumerate(zip(self.out_shapes, self.compiled.output_types)))
+                                  self._backend.empty(s, t.dtype) for i, (s, t) in
+                                  enumerate(zip(self.out_shapes, compiled.output_types)))
         return self._outputs
 
     def kernels(self) -> dict:
@@ -81,7 +102,9 @@ class RunContext:
 
     def empty(self, shape, dtype):
         """A scratch array on the backend."""
-        return self.backend.empty(shape, dtype)
+        out = self._backend.empty(shape, dtype)
+        self._scratch.append((out, shape, dtype))
+        return out
 
     def counter(self):
         """A zeroed 32-bit word on the backend that a kernel counts bad input into (an atomic
@@ -98,5 +121,60 @@ class RunContext:
 
     def widen(self) -> None:
         """Switch later launches to the 64-bit-index kernels (scratch that outgrows 32 bits)."""
+        self._launches = None
         self.wide = True
         self.idx = np.int64
+
+    def replay(self) -> "Replay | None":
+        """The recorded run as a Replay, or None where it cannot be made again from shapes
+        alone: a run that was not recorded or reached the backend (see ``backend``), an
+        argument that is none of this call's inputs, outputs or scratch (or a scalar), or one
+        array in two of those roles (an input twice, an output written in place)."""
+        if self._launches is None:
+            return None
+        roles = {}
+        arrays = [("in", i, a) for i, a in enumerate(self.inputs)]
+        arrays += [("out", i, a) for i, a in enumerate(self.outputs)]
+        arrays += [("tmp", i, a) for i, (a, _, _) in enumerate(self._scratch)]
+        for kind, i, a in arrays:
+            if id(a) in roles:
+                return None
+            roles[id(a)] = (kind, i)
+        launches = []
+        for program, args, grid, block, shared in self._launches:
+            refs = []
+            for a in args:
+                if isinstance(a, (int, float, np.generic)):
+                    refs.append((None, a))
+                elif id(a) in roles:
+                    refs.append(roles[id(a)])
+                else:
+                    return None
+            launches.append((program, tuple(refs), grid, block, shared))
+        return Replay(tuple((s, t.dtype) for s, t in zip(self.out_shapes,
+                                                         self._compiled.output_types)),
+                      tuple((s, d) for _, s, d in self._scratch), tuple(launches))
+
+
+class Replay:
+    """The launches of one recorded run (RunContext.replay), made again on new arrays of the
+    same shapes: fresh outputs and scratch, the same programs, grids and scalars. CompiledOp
+    keeps one per (choice, index width, input and output shapes and dtypes) where the backend
+    allows it (Backend.replays: arrays whose shape and dtype are all the launch code may read
+    of them)."""
+
+    __slots__ = ("outputs", "scratch", "launches")
+
+    def __init__(self, outputs, scratch, launches):
+        self.outputs = outputs
+        self.scratch = scratch
+        self.launches = launches
+
+    def __call__(self, backend, inputs) -> tuple:
+        empty = backend.empty
+        arrays = {"in": inputs, "out": tuple(empty(s, d) for s, d in self.outputs),
+                  "tmp": [empty(s, d) for s, d in self.scratch]}
+        for program, refs, grid, block, shared in self.launches:
+            program(*[v if k is None else arrays[k][v] for k, v in refs],
+                    grid=grid, block=block, shared=shared)
+        return arrays["out"]

@@ -39,6 +39,9 @@ def get_backend(name: str):
     overrides = getattr(_local, "overrides", None)
     if overrides and name in overrides:
         return overrides[name]
+    backend = _instances.get(name)  # made once: asked again before each call
+    if backend is not None:
+        return backend
     with _lock:
         if name not in _instances:
             if name not in _TABLE:

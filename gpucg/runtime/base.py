@@ -92,6 +92,10 @@ class Backend(ABC):
     name: str = ""
     dialect = None
     device_type = "cpu"
+    #: a compiled operator may replay a kernel implementation's launches for arrays of the
+    #: same shapes and dtypes (gpucg.run_context.Replay): true where that is all its launch
+    #: code can read of a contiguous array (on CUDA the address's alignment is read too)
+    replays = False
 
     @abstractmethod
     def status(self) -> tuple[bool, str, str]:

@@ -106,6 +106,8 @@ class CudaBackend(Backend):
         self._events: list | None = None
 
     def _init(self) -> None:
+        if self._ready or self._reason:  # decided once (asked before each call)
+            return
         with self._lock:
             if self._ready or self._reason:
                 return

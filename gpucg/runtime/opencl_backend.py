@@ -22,6 +22,7 @@ from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key, keeps_own_binaries
 from .opencl_huge import c_strides, huge_buffer
 from .opencl_align import HOST_PTR_ALIGN, scalar_dtypes, vector_align
+from .opencl_array import DeviceArray
 from .opencl_gather import GATHER_WG, UNITS, gather_source
 
 log = logging.getLogger("gpucg.runtime")
@@ -29,34 +30,6 @@ log = logging.getLogger("gpucg.runtime")
 _PROBE = "__kernel void gpucg_probe(__global int* a) { a[get_global_id(0)] += 1; }"
 #: results at least this large come back mapped, smaller ones copied (a map costs more).
 MAP_MIN_BYTES = 1 << 20
-
-
-class DeviceArray:
-    """A device buffer with the array attributes kernels' launch code reads (shape, dtype,
-    size, nbytes). gpucg's own arrays on OpenCL: a tenth of the cost of a
-    pyopencl.array.Array to make, which matters for small calls. Users get pyopencl arrays
-    (``OpenCLBackend.export``)."""
-
-    __slots__ = ("data", "shape", "dtype", "size", "nbytes", "fresh", "host")
-    gpucg_backend = "opencl"
-
-    def __init__(self, data, shape, dtype, fresh: bool = False, host=None):
-        self.data = data
-        self.shape = shape
-        self.dtype = dtype
-        #: made by OpenCLBackend.empty: its buffer is no one else's (the result may be mapped)
-        self.fresh = fresh
-        #: the NumPy array whose memory ``data`` uses in place (OpenCLBackend.borrow), or None
-        self.host = host
-        size = 1
-        for d in shape:
-            size *= d
-        self.size = size
-        self.nbytes = size * dtype.itemsize
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
 
 
 class OpenCLProgram(Program):
@@ -111,11 +84,13 @@ class OpenCLProgram(Program):
 class OpenCLBackend(Backend):
     name = "opencl"
     dialect = OPENCL
+    replays = True  # a contiguous input is a whole, aligned buffer (or copied to one)
 
     def __init__(self):
         self._lock = threading.Lock()
         self._ready = False
         self._reason = ""
+        self._status = None
         self.shares_host = False
         self.keeps_binaries = True  # whether the disk cache holds this platform's binaries
         self._programs: dict[str, OpenCLProgram] = {}
@@ -123,6 +98,8 @@ class OpenCLBackend(Backend):
 
     # -- device selection -------------------------------------------------------------------
     def _init(self) -> None:
+        if self._ready or self._reason:  # decided once (asked before each call)
+            return
         with self._lock:
             if self._ready or self._reason:
                 return
@@ -178,8 +155,11 @@ class OpenCLBackend(Backend):
         self._init()
         if not self._ready:
             return False, "", self._reason
-        d = self.device
-        return True, f"{d.name.strip()} ({self.platform.version.strip()}, {self.device_type})", ""
+        if self._status is None:  # asked before each call: the driver's strings read once
+            d = self.device
+            self._status = (True, f"{d.name.strip()} ({self.platform.version.strip()}, "
+                                  f"{self.device_type})", "")
+        return self._status
 
     def _require(self) -> None:
         self._init()

@@ -1,0 +1,121 @@
+"""A compiled operator on OpenCL replays a kernel implementation's launches for arrays of shapes
+it has run (gpucg.run_context.Replay): the same kernels, grids and scalars, on fresh outputs and
+scratch, without the implementation's launch code. These tests check that a replayed call is a
+call (new data, new results, errors still raised) and that runs doing more than launching are
+never replayed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpucg
+from gpucg import counters
+
+from conftest import backend_or_skip
+
+
+@pytest.fixture
+def opencl():
+    backend_or_skip("opencl")
+    from gpucg.runtime import get_backend
+
+    return get_backend("opencl")
+
+
+def _launches(fn) -> int:
+    before = counters.snapshot()["launches"]
+    fn()
+    return counters.snapshot()["launches"] - before
+
+
+def test_a_replayed_call_is_the_same_launches_on_new_data(opencl):
+    """argmax over long rows takes two passes through scratch (split rows); the second call of
+    each shape replays them, and every call's indices are NumPy's, NaN and ties included."""
+    n = gpucg.var("n")
+    f = gpucg.compile("argmax", gpucg.tensor((n, 20000), "float32"), axis=-1, target="opencl",
+                      impl="reduce_split", config={"wg": 64, "unroll": 2, "two_pass": False,
+                                                    "vw": 1, "simd": 1, "chunk_items": 16,
+                                                    "groups": 1024})
+    rng = np.random.default_rng(0)
+    counts = []
+    for rows in (3, 3, 5, 3, 5):
+        x = rng.standard_normal((rows, 20000)).astype(np.float32)
+        x[0, 7], x[1, 5:9] = np.nan, 1e30  # NaN wins; the first of equal maxima
+        got = opencl.to_host(f(opencl.to_device(x)))
+        np.testing.assert_array_equal(got, np.argmax(x, axis=-1))
+        counts.append(_launches(lambda: f(opencl.to_device(x))))
+    assert counts[0] == 2 and len(set(counts)) == 1  # part and merge each time
+    assert len(f._replays) == 2  # one a shape
+
+
+def test_host_inputs_and_outputs_through_a_replay(opencl):
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    f = gpucg.compile("sum", gpucg.tensor((4, 6), "float32"), axis=0, target="opencl")
+    for k in range(3):
+        np.testing.assert_allclose(f(x + k), (x + k).sum(axis=0))
+    assert f._replays
+
+
+def test_an_input_passed_twice_is_not_mistaken_for_one(opencl):
+    """A run recorded with one array as both inputs is not replayed for two arrays."""
+    f = gpucg.compile("add", gpucg.tensor((5, 7), "float32"), gpucg.tensor((5, 7), "float32"),
+                      target="opencl")
+    a = opencl.to_device(np.ones((5, 7), np.float32))
+    b = opencl.to_device(np.full((5, 7), 3, np.float32))
+    np.testing.assert_array_equal(opencl.to_host(f(a, a)), 2)
+    np.testing.assert_array_equal(opencl.to_host(f(a, b)), 4)
+    np.testing.assert_array_equal(opencl.to_host(f(b, a)), 4)
+    np.testing.assert_array_equal(opencl.to_host(f(b, b)), 6)
+
+
+def test_runs_that_read_data_back_are_never_replayed(opencl):
+    """take checks its indices on the device and reads the count back: each call runs its
+    launch code, so a bad index after good ones of the same shape still raises."""
+    f = gpucg.compile("take", gpucg.tensor((4, 5), "float32"), gpucg.tensor((3,), "int64"),
+                      axis=1, target="opencl")
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    for _ in range(2):
+        np.testing.assert_array_equal(f(x, np.array([0, 4, -1])), np.take(x, [0, 4, -1], axis=1))
+    with pytest.raises(gpucg.InputError, match=r"indices\[1\] = 5 is out of range"):
+        f(x, np.array([0, 5, 1]))
+    assert not f._replays
+
+
+def test_in_place_writes_are_never_replayed(opencl):
+    """kv_cache_write's outputs are its inputs: not recorded, and each call writes its own."""
+    t, nb, bs, h, d = 3, 2, 4, 1, 8
+    f = gpucg.compile("kv_cache_write", gpucg.tensor((t, h, d), "float32"),
+                      gpucg.tensor((t, h, d), "float32"), gpucg.tensor((nb, bs, h, d), "float32"),
+                      gpucg.tensor((nb, bs, h, d), "float32"), gpucg.tensor((t,), "int32"),
+                      target="opencl")
+    kc, vc = np.zeros((nb, bs, h, d), np.float32), np.zeros((nb, bs, h, d), np.float32)
+    for step in range(2):
+        k = np.full((t, h, d), step + 1, np.float32)
+        slots = np.arange(t, dtype=np.int32) + step * t
+        f(k, -k, kc, vc, slots)
+        np.testing.assert_array_equal(kc.reshape(-1, h, d)[slots], k)
+        np.testing.assert_array_equal(vc.reshape(-1, h, d)[slots], -k)
+    assert not f._replays
+
+
+def test_the_tuners_launch_check_sees_every_launch(opencl):
+    f = gpucg.compile("sum", gpucg.tensor((4, 6), "float32"), axis=1, target="opencl")
+    seen = []
+    f.launch_check = lambda program, key, grid, block, shared: seen.append(key)
+    x = np.ones((4, 6), np.float32)
+    for _ in range(3):
+        f(x)
+    assert len(seen) == 3 and not f._replays
+
+
+def test_replays_are_kept_for_a_bounded_number_of_shapes(opencl, monkeypatch):
+    from gpucg import compiled
+
+    monkeypatch.setattr(compiled, "REPLAYS", 3)
+    n = gpucg.var("n")
+    f = gpucg.compile("relu", gpucg.tensor((n,), "float32"), target="opencl")
+    for size in range(1, 9):
+        x = np.linspace(-1, 1, size, dtype=np.float32)
+        np.testing.assert_array_equal(f(x), np.maximum(x, 0))
+        assert 1 <= len(f._replays) <= 3
