@@ -301,6 +301,7 @@ class CompiledOp:
             except BaseException:
                 self.backend.synchronize()
                 raise
+            stats.bump("replays")
         elif impl.kernels:
             ctx = RunContext(self, index, inputs, out_shapes, wide, record=key is not None)
             outputs = ctx.outputs

@@ -1,7 +1,8 @@
 """Process-wide counters: compiles, cache hits, launches, renders, runs; device arrays a backend
 makes: buffers (every device allocation), uploads and downloads (host-device copies),
 device_copies (a strided or offset view made contiguous on the device), borrowed and mapped
-(host memory used in place of a copy); eager calls served by the fast path (fast_calls)."""
+(host memory used in place of a copy); eager calls served by the fast path (fast_calls); calls
+whose launches were replayed (replays: gpucg.run_context.Replay)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ _lock = threading.Lock()
 _counts: Counter = Counter()
 
 KEYS = ("compiles", "memory_hits", "disk_hits", "launches", "renders", "runs", "buffers")
-KEYS += ("uploads", "downloads", "device_copies", "borrowed", "mapped", "fast_calls")
+KEYS += ("uploads", "downloads", "device_copies", "borrowed", "mapped", "fast_calls", "replays")
 
 
 def bump(key: str, n: int = 1) -> None:
