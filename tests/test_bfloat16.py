@@ -221,6 +221,14 @@ def test_dense_family(target, rng, op):
     check(got, h.astype(np.float32) @ h.astype(np.float32).T, 40, 40 * 16)
 
 
+def exhaustive_case(params) -> bool:
+    """The cases of default-tier tests that run with -m exhaustive only (conftest): bfloat16
+    conv2d in NHWC on OpenCL (every implementation takes bfloat16 in NCHW here, and NHWC in
+    test_conv2d.py's every-implementation cases: the layout's indexing is the dtype's own
+    nowhere)."""
+    return params.get("layouts") == ("NHWC", "HWIO") and params.get("target") == "opencl"
+
+
 @pytest.mark.parametrize("layouts", [("NCHW", "OIHW"), ("NHWC", "HWIO")])
 def test_conv2d(target, rng, layouts):
     dl, kl = layouts

@@ -150,6 +150,14 @@ def test_direct_tile_knobs(config):
         check(got, ins, case[7])
 
 
+def exhaustive_case(params) -> bool:
+    """The cases of default-tier tests that run with -m exhaustive only (conftest): float16
+    in, float32 out in NHWC on OpenCL (every implementation stores float32 from float16 in
+    NCHW, and accumulates float16 in NHWC, in the default tier)."""
+    return (params.get("out_dtype") == "float32" and params.get("target") == "opencl"
+            and params.get("layouts") == ("NHWC", "HWIO"))
+
+
 @pytest.mark.parametrize("layouts", [("NCHW", "OIHW"), ("NHWC", "HWIO")])
 @pytest.mark.parametrize("out_dtype", [None, "float32"])
 def test_float16_accumulates_in_float32(target, layouts, out_dtype):

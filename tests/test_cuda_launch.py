@@ -4,6 +4,8 @@ every launch against the PTX ``.entry`` parameters (count, pointer or value, wid
 device limits, for every implementation of every operator on its small and bench Cases.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -13,27 +15,40 @@ from gpucg.runtime.cuda_backend import CudaBackend
 from gpucg.verify.cupy_standin import (LaunchCheckError, StandInCupy, kernel_params,
                                         ptx_entry_params, source_params)
 from gpucg.verify import nvrtc
+from conftest import exhaustive_selected
 
 
 def _calls():
-    """(operator, case) of every operator's small and bench Cases: the implementations each
-    may run are listed by the test, not at collection (selection is work)."""
+    """(operator, case number, case) of every operator's small and bench Cases: the
+    implementations each may run are listed by the test, not at collection (selection is work)."""
     for name in gpucg.list_ops():
         for i, case in enumerate(gpucg.get_op(name).representative()):
-            yield pytest.param(name, case, id=f"{name}-{case.kind}{i}")
+            yield pytest.param(name, i, case, id=f"{name}-{case.kind}{i}")
 
 
-@pytest.mark.parametrize("op,case", list(_calls()))
-def test_every_implementation_launches_what_its_kernels_declare(nvrtc_or_skip, op, case):
-    """Both index widths; arrays without memory, so benchmark sizes cost nothing."""
+@functools.lru_cache(maxsize=None)
+def _impls(op: str, i: int) -> tuple:
+    """The CUDA implementations that may run ``op``'s case ``i``."""
+    case = gpucg.get_op(op).representative()[i]
     sel = gpucg.explain(op, *case.inputs, target="cuda", **case.attrs)
-    impls = [c.name.rsplit(".", 1)[0] for c in sel.candidates if c.verdict != "excluded"]
+    return tuple(c.name.rsplit(".", 1)[0] for c in sel.candidates if c.verdict != "excluded")
+
+
+@pytest.mark.widens
+@pytest.mark.parametrize("op,i,case", list(_calls()))
+def test_every_implementation_launches_what_its_kernels_declare(nvrtc_or_skip, request, op, i,
+                                                                case):
+    """32-bit indexing, and 64-bit on the first case an implementation takes (on every case
+    with -m exhaustive); arrays without memory, so benchmark sizes cost nothing."""
+    impls = _impls(op, i)
     assert impls, "every representative call has a CUDA implementation"
+    every = exhaustive_selected(request.config)
+    earlier = {name for j in range(i) for name in _impls(op, j)}
     cupy = StandInCupy("sm_90")
     ran = 0
     with use_backend("cuda", CudaBackend(cupy=cupy)):
         for impl in impls:
-            for index in ("int32", "int64"):
+            for index in ("int32", "int64") if every or impl not in earlier else ("int32",):
                 f = gpucg.compile(op, *case.inputs, target="cuda", impl=impl, index=index,
                                   **case.attrs)
                 before = len(cupy.launches)

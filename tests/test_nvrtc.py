@@ -1,4 +1,5 @@
-"""Every CUDA kernel gpucg can generate for these operators compiles with NVRTC (sm_80, sm_90)."""
+"""Every CUDA kernel gpucg can generate for these operators compiles with NVRTC (sm_90 here;
+sm_80 in the session's NVRTC pass, and here with -m exhaustive)."""
 
 import itertools
 
@@ -87,7 +88,9 @@ def conv2d_sources():
     yield from f.sources.items()
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+# sm_80 with -m exhaustive: the session's NVRTC pass (nvrtc_pass.py) compiles every source
+# rendered here for sm_80 as well, and fails the run on any failure
+@pytest.mark.parametrize("arch", [pytest.param("sm_80", marks=pytest.mark.exhaustive), "sm_90"])
 def test_all_generated_cuda_compiles(nvrtc_or_skip, arch):
     sources = list(scan_sources()) + list(elementwise_sources()) + list(topk_sources()) + \
         list(conv2d_sources())

@@ -168,17 +168,18 @@ def test_non_contiguous_input(target):
 @pytest.mark.parametrize("device", ["gpu", "cpu", pytest.param("gpu, both directions",
                                                                marks=pytest.mark.exhaustive)])
 def test_every_opencl_implementation_and_the_wide_variants(device):
-    """Each implementation that applies, forced on OpenCL: on the GPU configs with 32- and
-    64-bit indexing, the direction alternating over the shapes (both on each with -m
-    exhaustive); the CPU configs (other work-group shapes) once each, as the index width and
-    direction change the same lines of code on either."""
+    """Each implementation that applies, forced on OpenCL: on the GPU configs with 32-bit
+    indexing and with 64-bit on the first shape each takes, the direction alternating over the
+    shapes (both directions and both widths on each with -m exhaustive); the CPU configs (other
+    work-group shapes) once each, as the index width and direction change the same lines of
+    code on either."""
     from conftest import applicable, backend_or_skip
 
     backend_or_skip("opencl")
     rng = np.random.default_rng(11)
     gpu, both = device.startswith("gpu"), device.endswith("directions")
     target = f"opencl -device={device.split(',')[0]}"
-    ran = set()
+    ran, wide = set(), set()
     for i, (shape, k, dtype) in enumerate([
             ((3, 40), 5, "float32"), ((2, 3000), 200, "float64"), ((1, 20000), 300, "float16"),
             ((5, 1000), 0, "int64"), ((2, 9000), 100, "int32"), ((2, 9000), 1000, "float32")]):
@@ -186,12 +187,15 @@ def test_every_opencl_implementation_and_the_wide_variants(device):
         t = gpucg.tensor(shape, dtype)
         for asc in (False, True) if both else (gpu and bool(i % 2),):
             for impl in applicable("topk", t, k=k, is_ascend=asc, target=target):
-                for index in ("int32", "int64") if gpu else ("int32",):
+                widths = ("int32", "int64") if both or (gpu and impl not in wide) else ("int32",)
+                for index in widths:
                     f = gpucg.compile("topk", t, k=k, is_ascend=asc, target=target, impl=impl,
                                       index=index)
                     same(f(x), reference("topk", x, k=k, is_ascend=asc))
                 ran.add(impl)
+                wide.update([impl] if "int64" in widths else [])
     assert ran == {"topk_warp", "topk_group", "topk_radix", "sort_bitonic", "sort_merge"}
+    assert wide == (ran if gpu else set())
 
 
 @pytest.mark.parametrize("impl", ["sort_bitonic", "sort_merge"])
