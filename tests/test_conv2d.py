@@ -151,11 +151,15 @@ def test_direct_tile_knobs(config):
 
 
 def exhaustive_case(params) -> bool:
-    """The cases of default-tier tests that run with -m exhaustive only (conftest): float16
-    in, float32 out in NHWC on OpenCL (every implementation stores float32 from float16 in
-    NCHW, and accumulates float16 in NHWC, in the default tier)."""
-    return (params.get("out_dtype") == "float32" and params.get("target") == "opencl"
-            and params.get("layouts") == ("NHWC", "HWIO"))
+    """The cases of default-tier tests that run with -m exhaustive only (conftest), on OpenCL:
+    test_matches_reference with a bias (test_every_implementation_on_opencl runs every case
+    with a bias and relu on every implementation, the selected one included); float16 in,
+    float32 out in NHWC (every implementation stores float32 from float16 in NCHW, and
+    accumulates float16 in NHWC, in the default tier)."""
+    if params.get("target") != "opencl":
+        return False
+    return params.get("bias") is True or (params.get("out_dtype") == "float32"
+                                          and params.get("layouts") == ("NHWC", "HWIO"))
 
 
 @pytest.mark.parametrize("layouts", [("NCHW", "OIHW"), ("NHWC", "HWIO")])
