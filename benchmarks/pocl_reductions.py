@@ -10,6 +10,14 @@ array ("host": the call borrows or copies it and brings the result back), and Nu
 host array, call by call in turn (so that the machine's load falls on all three alike); a row
 gives the median and the fastest of its calls. Results are checked against NumPy (indices
 equal). Only the public API is used, so any checkout of gpucg runs it.
+
+The input (31.25 MiB) about fills a 32 MiB last-level cache, so what ran just before a call
+decides how much of its input is still cached: timed in turn with nothing between, NumPy
+always followed the host call, which had read the same array, and the device call followed
+NumPy, which had read the other one. ``--cache cold`` (the default) reads a scratch array twice
+the cache's size before each timed call, so that every call starts from memory alike; ``--cache
+warm`` makes the same call once, untimed, before each timed one (its input as cached as it gets);
+``--cache none`` times the calls back to back in turn (this script's figures before 2026-11-28d).
 """
 
 from __future__ import annotations
@@ -45,10 +53,15 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def run(repeat: int) -> list[dict]:
+#: bytes read before each timed call under --cache cold (twice a 32 MiB last-level cache)
+EVICT_BYTES = 64 << 20
+
+
+def run(repeat: int, cache: str = "cold") -> list[dict]:
     be = get_backend("opencl")
     x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
     xd = be.to_device(x)
+    scratch = np.ones(EVICT_BYTES // 4, np.float32)
     rows = []
     for name, op, attrs, ref in CASES:
         f = gpucg.compile(op, gpucg.tensor(SHAPE, "float32"), target="opencl", **attrs)
@@ -62,6 +75,10 @@ def run(repeat: int) -> list[dict]:
         times = {k: [] for k in calls}
         for _ in range(repeat):
             for k, fn in calls.items():
+                if cache == "cold":
+                    np.add.reduce(scratch)
+                elif cache == "warm":
+                    fn()
                 times[k].append(_timed(fn))
         case = f"{op} {SHAPE} {name.split(' ', 1)[1]}"
         for k, t in times.items():
@@ -75,9 +92,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=15, help="calls of each, in turn")
     p.add_argument("--json", action="store_true", help="also print the rows as JSON")
+    p.add_argument("--cache", choices=("cold", "warm", "none"), default="cold",
+                   help="before each timed call: evict the cache, make the call once, or nothing")
     p.add_argument("groups", nargs="*", help="ignored (before_after.py passes a family name)")
     args = p.parse_args(argv)
-    rows = run(args.repeat)
+    rows = run(args.repeat, args.cache)
     for r in rows:
         print(f"{r['case']:<34} {r['label']:<44} median {r['seconds'] * 1e3:8.3f} ms  "
               f"min {r['min_seconds'] * 1e3:8.3f} ms{'' if r['matches'] else '  DIFFERS'}")

@@ -66,7 +66,8 @@ def __dir__():
 def stats(reset: bool = False) -> dict:
     """Counters since start (or the last reset): compiles, memory_hits, disk_hits, launches,
     renders, runs (operator calls run), uploads/downloads (host-device copies), borrowed/mapped
-    (host memory used in place of a copy), fast_calls (eager calls served by the fast path)."""
+    (host memory used in place of a copy), fast_calls (eager calls served by the fast path),
+    replays (calls whose kernel launches were replayed: docs/arrays.md)."""
     return _counters.snapshot(reset)
 
 

@@ -4,10 +4,10 @@ compared, selected and reduced lane by lane.
 A CPU OpenCL device (PoCL) runs a work-item as one CPU thread; where a loop carries its own
 state (an argmax's running maximum), PoCL's work-group vectorizer has nothing to widen and
 LLVM's vectorizers often leave the loop scalar. Written with vector types, the loop is the
-CPU's SIMD instructions (vload8 -> one 256-bit load, select on a comparison -> a compare
-and a blend). CUDA has no vector arithmetic (its float4 is a struct of four registers): its
-spelling raises, and strategies offer these configs only where the target's capability
-record lists the "simd" feature (gpucg/arch.py).
+CPU's SIMD instructions (vload8 -> one 256-bit load, a conditional on a comparison -> a
+compare and a blend). CUDA has no vector arithmetic (its float4 is a struct of four
+registers): its spelling raises, and strategies offer these configs only where the target's
+capability record lists the "simd" feature (gpucg/arch.py).
 """
 
 from __future__ import annotations
@@ -70,7 +70,10 @@ class SimdSpelling:
         return self.lane.format(v=v, k=f"{k:x}")
 
 
+# the selection as OpenCL C's vector conditional, which the language defines as select(a, b,
+# c): PoCL compiles it to a compare and a blend, but the select() call to more (argmax over
+# (256, 32000) float32 on two cores: 10-15% less time, scratch A/B in one process, 100 rounds)
 OPENCL_SIMD = SimdSpelling("opencl", vtype="{t}{n}", load="vload{n}(0, {ptr})",
-                           splat="(({vt})({v}))", select="select({a}, {b}, {c})",
+                           splat="(({vt})({v}))", select="(({c}) ? {b} : {a})",
                            any="any({m})", lane="{v}.s{k}")
 CUDA_SIMD = SimdSpelling("cuda")

@@ -11,8 +11,10 @@ class NumpyBackend(Backend):
     name = "numpy"
     device_type = "cpu"
 
+    _STATUS = (True, f"host CPU (NumPy {np.__version__})", "")
+
     def status(self):
-        return True, f"host CPU (NumPy {np.__version__})", ""
+        return self._STATUS
 
     def empty(self, shape, dtype):
         return np.empty(shape, dtype=dtype)
