@@ -66,6 +66,18 @@ def test_topk_cases(target, shape, axis, k, is_ascend):
     same(got, reference("topk", x, k=k, axis=axis, is_ascend=is_ascend))
 
 
+def exhaustive_case(params) -> bool:
+    """The cases of default-tier tests that run with -m exhaustive only (conftest), on OpenCL:
+    int64 indices out of keys other than float32 (the index dtype only changes the stores of
+    the indices, and test_sort_and_argsort_equal_numpy_stable_sort writes int64 indices for
+    every key dtype), and a non-last axis of (6, 300) for keys other than float32 and int64
+    (the axis is the keys' own nowhere; every dtype sorts along the last one)."""
+    if params.get("target") != "opencl" or params.get("dtype") in ("float32", None):
+        return False
+    return params.get("index_dtype") == "int64" or (
+        params.get("shape") == (6, 300) and params.get("axis") == 0 and params["dtype"] != "int64")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("index_dtype", ["int32", "int64"])
 @pytest.mark.parametrize("ties", [False, True])
