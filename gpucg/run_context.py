@@ -103,7 +103,8 @@ class RunContext:
     def empty(self, shape, dtype):
         """A scratch array on the backend."""
         out = self._backend.empty(shape, dtype)
-        self._scratch.append((out, shape, dtype))
+        if self._launches is not None:  # recording: the replay makes it anew
+            self._scratch.append((out, shape, dtype))
         return out
 
     def counter(self):

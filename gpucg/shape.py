@@ -159,6 +159,16 @@ def product(dims):
     return out if type(out) is int else simplify_dim(out)
 
 
+def c_strides(shape, itemsize: int = 1) -> tuple:
+    """The strides of a C-ordered array of ``shape`` in units of ``itemsize`` (1: elements),
+    an empty dimension counted as 1, as NumPy and pyopencl do."""
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
 def split_axis(shape, axis: int | None):
     """(outer, n, inner) of ``shape`` around ``axis``: the sizes before it, its own, after it.
 

@@ -20,7 +20,8 @@ from ..errors import CompileError, InputError, LaunchError, TargetUnavailableErr
 from .. import counters as stats
 from .base import Backend, Program, c_contiguous, check_dynamic_local
 from .cache import DiskCache, cache_key, keeps_own_binaries
-from .opencl_huge import c_strides, huge_buffer
+from ..shape import c_strides
+from .opencl_huge import huge_buffer
 from .opencl_align import HOST_PTR_ALIGN, scalar_dtypes, vector_align
 from .opencl_array import DeviceArray
 from .opencl_gather import GATHER_WG, UNITS, gather_source

@@ -32,11 +32,3 @@ def huge_buffer(cl, context, queue, nbytes: int, like=None):
     view.base.release(queue)
     return buf
 
-
-def c_strides(shape: tuple, itemsize: int) -> tuple:
-    """The byte strides of a C-ordered array of ``shape``."""
-    strides, step = [], itemsize
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(d, 1)
-    return tuple(reversed(strides))

@@ -25,7 +25,7 @@ from ..op import get_op
 from ..ops import _ewspec as spec, _expr, _layout as layout
 from ..ops.elementwise import expression
 from ..runtime.base import ceil_div
-from ..shape import alignment
+from ..shape import alignment, c_strides
 from ..strategy import Strategy, only
 from .view import with_view
 
@@ -39,14 +39,6 @@ class EwInfo:
     groups: tuple
 
 
-def _contiguous_strides(shape) -> list:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= int(d)
-    return out[::-1]
-
-
 def geometry(info: EwInfo, in_shapes, out_shape) -> tuple[list, list]:
     """(merged sizes, per strided input [base, strides...]) for concrete shapes."""
     sizes = [int(np.prod([out_shape[a] for a in g], dtype=np.int64)) for g in info.groups]
@@ -57,13 +49,13 @@ def geometry(info: EwInfo, in_shapes, out_shape) -> tuple[list, list]:
         base = 0
         if acc[0] == "bcast":
             aligned = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-            full = [0 if d == 1 else s for d, s in zip(aligned, _contiguous_strides(aligned))]
+            full = [0 if d == 1 else s for d, s in zip(aligned, c_strides(aligned))]
             strides = [full[g[-1]] for g in info.groups]
         elif acc[0] == "perm":
-            own = _contiguous_strides(shape)
+            own = c_strides(shape)
             strides = [own[acc[1][g[0]]] for g in info.groups]
         else:  # flip: walk the flipped axes backwards from their last element
-            own = _contiguous_strides(shape)
+            own = c_strides(shape)
             strides = [-own[g[0]] if g[0] in acc[1] else own[g[0]] for g in info.groups]
             base = sum((int(shape[a]) - 1) * own[a] for a in acc[1] if int(shape[a]) > 0)
         args.append([base] + strides)
@@ -216,7 +208,7 @@ def _nodes(t):
 def _pad_run(ctx, main) -> None:
     x, y = ctx.inputs[0], ctx.outputs[0]
     n = int(np.prod(y.shape, dtype=np.int64))
-    own = _contiguous_strides(x.shape)
+    own = c_strides(x.shape)
     s, dims = ctx.size, {}
     for r, (lo, _, _) in enumerate(ctx.attrs.pad_width):
         dims.update({f"s{r}": s(y.shape[r]), f"lo{r}": s(lo), f"in{r}": s(x.shape[r]),
@@ -229,7 +221,7 @@ def _sum_to_run(ctx, main) -> None:
     x, y = ctx.inputs[0], ctx.outputs[0]
     n = int(np.prod(y.shape, dtype=np.int64))
     lead = x.ndim - y.ndim
-    own = _contiguous_strides(x.shape)
+    own = c_strides(x.shape)
     kept = [(y.shape[r], own[lead + r]) for r in range(y.ndim)]
     summed = [(x.shape[a], own[a]) for a in ctx.info]
     total = int(np.prod([sz for sz, _ in summed], dtype=np.int64))
