@@ -130,6 +130,8 @@ class CompiledOp:
         self.launch_params: dict = {}
         #: (index, wide, output shapes, input shapes and dtypes) -> its run's launches
         self._replays: dict = {}
+        #: the arguments' replay keys (Backend.replay_key) -> (plan, its Replay, impl name)
+        self._calls: dict = {}
         self._specs: dict = {}
         self._out_dtypes = tuple(_half.numpy_dtype(t.dtype) for t in self.output_types)
         self._in_dtypes = tuple(_half.numpy_dtype(t.dtype) for t in self.input_types)
@@ -296,12 +298,7 @@ class CompiledOp:
             key = (index, wide, out_shapes, tuple((x.shape, x.dtype) for x in inputs))
             replay = self._replays.get(key)
         if replay is not None:
-            try:
-                outputs = replay(self.backend, inputs)
-            except BaseException:
-                self.backend.synchronize()
-                raise
-            stats.bump("replays")
+            outputs = self._replay(replay, inputs)
         elif impl.kernels:
             ctx = RunContext(self, index, inputs, out_shapes, wide, record=key is not None)
             outputs = ctx.outputs
@@ -324,6 +321,21 @@ class CompiledOp:
             outputs = views if impl.views else ctx.outputs if result is None else \
                 self._host_outputs(impl, result, out_shapes)
         stats.bump("runs")
+        return self._deliver(outputs, host)
+
+    def _replay(self, replay, inputs) -> tuple:
+        try:
+            outputs = replay(self.backend, inputs)
+        except BaseException:
+            # kernels already queued may read inputs borrowed in place: let them finish first
+            self.backend.synchronize()
+            raise
+        stats.bump("replays")
+        return outputs
+
+    def _deliver(self, outputs, host: bool):
+        """A run's outputs as the caller gets them: host copies for host inputs, else the
+        backend's public arrays; one output alone."""
         backend = self.backend
         outputs = tuple((backend.to_host if host else backend.export)(o) for o in outputs)
         return outputs[0] if len(outputs) == 1 else outputs
@@ -344,9 +356,53 @@ class CompiledOp:
             raise SignatureError(f"{self.op.name} was compiled for {len(self.input_types)} input(s) "
                                  f"({', '.join(self.op.input_names[:len(self.input_types)])}), "
                                  f"got {len(arrays)}")
+        calls = self._calls
+        if calls and self.launch_check is None:
+            hit = calls.get(self._call_key(arrays))
+            if hit is not None:
+                return self._call_again(hit, arrays)
         require_usable(self.target)
         native, _, framework = ingest_all(arrays, self.op.input_names, self.op.name)
-        return wrap(framework, self.run(self._plan(*native), *native))
+        plan = self._plan(*native)
+        out = self.run(plan, *native)
+        if self.backend.replays and framework is None:
+            self._remember(plan, arrays, native)
+        return wrap(framework, out)
+
+    # -- calls made again: a call whose arguments are of the types, shapes and dtypes of one
+    # that ran a replayed implementation (see _execute) makes its launches again directly,
+    # without the ingest, dispatcher checks and preparation the first one passed (on PoCL
+    # they cost a call of 2 ms ~0.2 ms host time when its code is out of the caches)
+
+    def _call_key(self, arrays):
+        key = self.backend.replay_key
+        try:
+            return tuple(key(x) for x in arrays)
+        except TypeError:  # an argument the backend does not describe: none remembered
+            return None
+
+    def _remember(self, plan, arrays, native) -> None:
+        if self.launch_check is not None or any(a is not x for a, x in zip(arrays, native)):
+            return
+        if not all(isinstance(x, np.ndarray) or self.backend.contiguous(x) is x for x in native):
+            return  # a view the preparation copies
+        replay = self._replays.get((plan.index, plan.wide, plan.out_shapes,
+                                    tuple((x.shape, x.dtype) for x in native)))
+        key = self._call_key(arrays)
+        if replay is None or key is None:
+            return
+        if len(self._calls) >= REPLAYS:
+            self._calls.clear()
+        self._calls[key] = (plan, replay, self.selection.choices[plan.index].impl.name)
+
+    def _call_again(self, hit, arrays):
+        plan, replay, name = hit
+        backend = self.backend
+        inputs = tuple(backend.borrow(x) if type(x) is np.ndarray else x for x in arrays)
+        self.last_impl = name
+        outputs = self._replay(replay, inputs)
+        stats.bump("runs")
+        return self._deliver(outputs, plan.host)
 
     def bind(self, *native_arrays):
         """A function of no arguments running this operator on arrays of its target, the

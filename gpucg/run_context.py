@@ -164,18 +164,20 @@ class Replay:
     allows it (Backend.replays: arrays whose shape and dtype are all the launch code may read
     of them)."""
 
-    __slots__ = ("outputs", "scratch", "launches")
+    __slots__ = ("outputs", "scratch", "launches", "runs")
 
     def __init__(self, outputs, scratch, launches):
         self.outputs = outputs
         self.scratch = scratch
         self.launches = launches
+        #: each launch bound to its program (Program.bind): only the arrays are set per call
+        self.runs = tuple(program.bind(refs, grid, block, shared)
+                          for program, refs, grid, block, shared in launches)
 
     def __call__(self, backend, inputs) -> tuple:
         empty = backend.empty
         arrays = {"in": inputs, "out": tuple(empty(s, d) for s, d in self.outputs),
                   "tmp": [empty(s, d) for s, d in self.scratch]}
-        for program, refs, grid, block, shared in self.launches:
-            program(*[v if k is None else arrays[k][v] for k, v in refs],
-                    grid=grid, block=block, shared=shared)
+        for run in self.runs:
+            run(arrays)
         return arrays["out"]

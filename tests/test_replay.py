@@ -129,3 +129,52 @@ def test_replays_are_kept_for_a_bounded_number_of_shapes(opencl, monkeypatch):
         replayed.append(_counted(lambda: got.append(f(x)))[1])
         np.testing.assert_array_equal(got[0], np.maximum(x, 0))
     assert replayed == [0, 0, 1, 1, 0, 0, 1]
+
+
+def test_a_call_made_again_checks_what_it_must(opencl):
+    """A call whose arguments have the types, shapes and dtypes of one that replayed goes
+    straight to the replay (CompiledOp._call_again); anything else takes the whole path: another
+    dtype is still refused, a pyopencl view is still copied before the kernels read it, and a
+    tuner's launch_check still sees every launch."""
+    import pyopencl.array as cla
+
+    f = gpucg.compile("argmax", gpucg.tensor((gpucg.var("n"), 300), "float32"), axis=-1,
+                      target="opencl")
+    rng = np.random.default_rng(1)
+    for make in (lambda a: a, opencl.to_device, lambda a: cla.to_device(opencl.queue, a)):
+        for _ in range(3):
+            x = rng.standard_normal((4, 300)).astype(np.float32)
+            x[1, 17] = np.nan
+            x[2, 5:9] = 7.0
+            np.testing.assert_array_equal(opencl.to_host(f(make(x))), np.argmax(x, -1))
+    assert len(f._calls) == 3  # one for each kind of array
+    before = counters.snapshot()["replays"]
+    x = rng.standard_normal((4, 300)).astype(np.float32)
+    np.testing.assert_array_equal(f(x), np.argmax(x, -1))
+    assert counters.snapshot()["replays"] == before + 1
+    with pytest.raises(gpucg.errors.SignatureError, match="float64"):
+        f(x.astype(np.float64))
+    with pytest.raises(gpucg.errors.SignatureError, match="rank"):
+        f(x[0])
+    # a view at an offset and a strided one: never made again as they are
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((5, 300), (4, 600)))
+    da, db = cla.to_device(opencl.queue, a), cla.to_device(opencl.queue, b)
+    for view, want in ((da[1:], a[1:]), (db[:, ::2], b[:, ::2])):
+        for _ in range(2):
+            np.testing.assert_array_equal(opencl.to_host(f(view)), np.argmax(want, -1))
+    seen = []
+    f.launch_check = lambda *a: seen.append(a)
+    np.testing.assert_array_equal(f(x), np.argmax(x, -1))
+    assert seen
+
+
+def test_a_call_made_again_after_the_memo_is_full(opencl, monkeypatch):
+    from gpucg import compiled
+
+    monkeypatch.setattr(compiled, "REPLAYS", 2)
+    f = gpucg.compile("sum", gpucg.tensor((gpucg.var("n"),), "float32"), axis=0, target="opencl")
+    for n in (3, 4, 5, 3, 4, 5, 6):
+        x = np.arange(n, dtype=np.float32)
+        for _ in range(2):
+            assert float(f(x)) == float(x.sum())
+        assert len(f._calls) <= 2

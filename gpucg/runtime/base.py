@@ -74,6 +74,16 @@ class Program(ABC):
         self.launch(args, dims, block, shared)
         stats.bump("launches")
 
+    def bind(self, refs, grid, block: int, shared: int = 0):
+        """This launch, to be made again with new arrays: ``f(arrays)`` launches with each
+        argument ``refs[i]``, ``(None, scalar)`` or ``(role, index)``, read as
+        ``arrays[role][index]`` (gpucg.run_context.Replay). Backends whose kernels keep their
+        arguments set (OpenCL) set the scalars once here, and only the arrays at each call."""
+        def run(arrays):
+            self(*[v if k is None else arrays[k][v] for k, v in refs], grid=grid, block=block,
+                 shared=shared)
+        return run
+
 
 def grid_dims(grid) -> tuple:
     """A grid as (x, y, z) work-groups: an int is (grid, 1, 1); a tuple of one to three
@@ -155,6 +165,12 @@ class Backend(ABC):
             return MAX_ALIGN
         a = int(self.address(array))
         return min(a & -a, MAX_ALIGN) if a else MAX_ALIGN
+
+    def replay_key(self, array):
+        """What a call made again (CompiledOp) may know of an argument without checking it
+        again: hashable, equal only for arguments the dispatcher and the preparation treat
+        alike; TypeError for an argument of another kind (only backends with ``replays``)."""
+        raise TypeError(f"{self.name} makes no call again")
 
     def export(self, array):
         """The array as callers on this backend receive it (the backend's public array type)."""
