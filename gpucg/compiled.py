@@ -299,6 +299,7 @@ class CompiledOp:
             replay = self._replays.get(key)
         if replay is not None:
             outputs = self._replay(replay, inputs)
+            stats.bump("replays")
         elif impl.kernels:
             ctx = RunContext(self, index, inputs, out_shapes, wide, record=key is not None)
             outputs = ctx.outputs
@@ -325,13 +326,11 @@ class CompiledOp:
 
     def _replay(self, replay, inputs) -> tuple:
         try:
-            outputs = replay(self.backend, inputs)
+            return replay(self.backend, inputs)
         except BaseException:
             # kernels already queued may read inputs borrowed in place: let them finish first
             self.backend.synchronize()
             raise
-        stats.bump("replays")
-        return outputs
 
     def _deliver(self, outputs, host: bool):
         """A run's outputs as the caller gets them: host copies for host inputs, else the
@@ -356,9 +355,8 @@ class CompiledOp:
             raise SignatureError(f"{self.op.name} was compiled for {len(self.input_types)} input(s) "
                                  f"({', '.join(self.op.input_names[:len(self.input_types)])}), "
                                  f"got {len(arrays)}")
-        calls = self._calls
-        if calls and self.launch_check is None:
-            hit = calls.get(self._call_key(arrays))
+        if self._calls and self.launch_check is None:
+            hit = self._calls.get(self._call_key(arrays))
             if hit is not None:
                 return self._call_again(hit, arrays)
         require_usable(self.target)
@@ -377,7 +375,7 @@ class CompiledOp:
     def _call_key(self, arrays):
         key = self.backend.replay_key
         try:
-            return tuple(key(x) for x in arrays)
+            return tuple([key(x) for x in arrays])
         except TypeError:  # an argument the backend does not describe: none remembered
             return None
 
@@ -398,10 +396,10 @@ class CompiledOp:
     def _call_again(self, hit, arrays):
         plan, replay, name = hit
         backend = self.backend
-        inputs = tuple(backend.borrow(x) if type(x) is np.ndarray else x for x in arrays)
+        inputs = tuple([backend.borrow(x) if type(x) is np.ndarray else x for x in arrays])
         self.last_impl = name
         outputs = self._replay(replay, inputs)
-        stats.bump("runs")
+        stats.bump_each(("replays", "runs"))
         return self._deliver(outputs, plan.host)
 
     def bind(self, *native_arrays):

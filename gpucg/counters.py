@@ -21,6 +21,13 @@ def bump(key: str, n: int = 1) -> None:
         _counts[key] += n
 
 
+def bump_each(keys) -> None:
+    """Each of ``keys`` by one, under one lock (a call's several counts)."""
+    with _lock:
+        for key in keys:
+            _counts[key] += 1
+
+
 def snapshot(reset: bool = False) -> dict:
     """The counters as a dict (every known key present); ``reset`` zeroes them."""
     with _lock:

@@ -5,6 +5,8 @@ implementation's launch code (its Python costs a small call more than the launch
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .codegen.signature import order, parameters
@@ -164,7 +166,7 @@ class Replay:
     allows it (Backend.replays: arrays whose shape and dtype are all the launch code may read
     of them)."""
 
-    __slots__ = ("outputs", "scratch", "launches", "runs")
+    __slots__ = ("outputs", "scratch", "launches", "runs", "_new")
 
     def __init__(self, outputs, scratch, launches):
         self.outputs = outputs
@@ -173,11 +175,16 @@ class Replay:
         #: each launch bound to its program (Program.bind): only the arrays are set per call
         self.runs = tuple(program.bind(refs, grid, block, shared)
                           for program, refs, grid, block, shared in launches)
+        # (shape, dtype, bytes) of the outputs, then of the scratch arrays
+        self._new = [tuple((tuple(map(int, s)), d, math.prod(s) * d.itemsize)
+                           for s, d in ((s, np.dtype(d)) for s, d in arrays))
+                     for arrays in (outputs, scratch)]
 
     def __call__(self, backend, inputs) -> tuple:
-        empty = backend.empty
-        arrays = {"in": inputs, "out": tuple(empty(s, d) for s, d in self.outputs),
-                  "tmp": [empty(s, d) for s, d in self.scratch]}
+        new = backend.fresh
+        outs, tmps = self._new
+        arrays = {"in": inputs, "out": tuple([new(*o) for o in outs]),
+                  "tmp": [new(*t) for t in tmps]}
         for run in self.runs:
             run(arrays)
         return arrays["out"]

@@ -166,6 +166,11 @@ class Backend(ABC):
         a = int(self.address(array))
         return min(a & -a, MAX_ALIGN) if a else MAX_ALIGN
 
+    def fresh(self, shape: tuple, dtype, nbytes: int):
+        """A new array of a shape (ints) and a NumPy dtype already checked, ``nbytes`` its
+        size (a replayed call's outputs and scratch: see gpucg.run_context.Replay)."""
+        return self.empty(shape, dtype)
+
     def replay_key(self, array):
         """What a call made again (CompiledOp) may know of an argument without checking it
         again: hashable, equal only for arguments the dispatcher and the preparation treat

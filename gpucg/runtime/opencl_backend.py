@@ -280,9 +280,11 @@ class OpenCLBackend(Backend):
             self._require()
         dtype = np.dtype(dtype)
         shape = tuple(map(int, shape))
-        nbytes = math.prod(shape) * dtype.itemsize
-        # (a lean path: a replayed call's outputs are made here, with the interpreter's own
-        # code and data often out of the caches after the last call streamed its input)
+        return self.fresh(shape, dtype, math.prod(shape) * dtype.itemsize)
+
+    def fresh(self, shape: tuple, dtype, nbytes: int):
+        # lean: a replayed call's outputs are made here, with the interpreter's code and data
+        # often out of the caches (the last call streamed its input through them)
         buf = (nbytes >= HUGE_BYTES and self._buffer(nbytes)) or self.cl.Buffer(
             self.context, self.cl.mem_flags.READ_WRITE, max(nbytes, 1))
         stats.bump("buffers")
@@ -314,10 +316,13 @@ class OpenCLBackend(Backend):
         the device shares host memory and the array is contiguous, aligned and writeable
         (never a read-only one, which may be a bytes object's memory), else a copy. The call
         must not keep it."""
-        self._require()
-        if (not self.shares_host or not array.flags.c_contiguous or not array.flags.writeable
+        if not self._ready:
+            self._require()
+        flags = array.flags  # (each of these is an object made anew: asked once)
+        if (not self.shares_host or not flags.c_contiguous or not flags.writeable
                 or array.nbytes == 0
-                or array.ctypes.data % max(HOST_PTR_ALIGN, array.dtype.itemsize)):
+                or array.__array_interface__["data"][0] % max(HOST_PTR_ALIGN,
+                                                              array.dtype.itemsize)):
             return self.to_device(array)
         mf = self.cl.mem_flags
         buf = self.cl.Buffer(self.context, mf.READ_ONLY | mf.USE_HOST_PTR, hostbuf=array)
