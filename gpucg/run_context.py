@@ -181,10 +181,19 @@ class Replay:
                      for arrays in (outputs, scratch)]
 
     def __call__(self, backend, inputs) -> tuple:
+        arrays = self.arrays(backend, inputs)
+        self.launch(arrays)
+        return arrays["out"]
+
+    def arrays(self, backend, inputs) -> dict:
+        """The call's arrays by role: its inputs, fresh outputs and scratch."""
         new = backend.fresh
         outs, tmps = self._new
-        arrays = {"in": inputs, "out": tuple([new(*o) for o in outs]),
-                  "tmp": [new(*t) for t in tmps]}
+        return {"in": inputs, "out": tuple([new(*o) for o in outs]),
+                "tmp": [new(*t) for t in tmps]}
+
+    def launch(self, arrays) -> None:
+        """The launches on these arrays. (On PoCL a kernel may not start while the calling
+        thread keeps its CPU busy: callers do their own work first.)"""
         for run in self.runs:
             run(arrays)
-        return arrays["out"]
