@@ -18,6 +18,11 @@ NumPy, which had read the other one. ``--cache cold`` (the default) reads a scra
 the cache's size before each timed call, so that every call starts from memory alike; ``--cache
 warm`` makes the same call once, untimed, before each timed one (its input as cached as it gets);
 ``--cache none`` times the calls back to back in turn (this script's figures before 2026-11-28d).
+
+``--floor`` adds a row to each row-reduction case: a plain pyopencl kernel that only streams the
+device-resident input (float8 loads, a sum a row: the least any kernel reducing those rows
+reads), launched and waited for like the device call. It is what this OpenCL device and its
+launch cost give before any reduction's own work, and is timed in the same turn.
 """
 
 from __future__ import annotations
@@ -57,11 +62,42 @@ def _timed(fn) -> float:
 EVICT_BYTES = 64 << 20
 
 
-def run(repeat: int, cache: str = "cold") -> list[dict]:
+#: the floor's kernel: work-group r sums row r of n8 float8s (four in flight)
+FLOOR_SOURCE = """
+__kernel void stream_rows(__global const float8* x, __global float* y, const int n8) {
+    const int r = get_group_id(0);
+    __global const float8* p = x + (long)r * n8;
+    float8 a = 0, b = 0, c = 0, d = 0;
+    for (int j = 0; j + 3 < n8; j += 4) { a += p[j]; b += p[j + 1]; c += p[j + 2]; d += p[j + 3]; }
+    a = (a + b) + (c + d);
+    y[r] = ((a.s0 + a.s1) + (a.s2 + a.s3)) + ((a.s4 + a.s5) + (a.s6 + a.s7));
+}
+"""
+
+
+def _floor(be, xd):
+    """The floor row's call (see the module's docstring) on gpucg's device array ``xd``."""
+    import pyopencl as cl
+
+    kernel = cl.Program(be.context, FLOOR_SOURCE).build().stream_rows
+    rows, n = SHAPE
+    out = cl.Buffer(be.context, cl.mem_flags.READ_WRITE, rows * 4)
+    buf = getattr(xd, "data", None) or xd.base_data
+    kernel.set_args(buf, out, np.int32(n // 8))
+    got = np.empty(rows, np.float32)
+    cl.enqueue_nd_range_kernel(be.queue, kernel, (rows,), (1,))
+    cl.enqueue_copy(be.queue, got, out)
+    ok = np.allclose(got, be.to_host(xd).sum(axis=-1), rtol=1e-3, atol=1e-3)
+    # (the lambda holds ``out``: a kernel's argument does not keep its buffer alive)
+    return (lambda: (out, cl.enqueue_nd_range_kernel(be.queue, kernel, (rows,), (1,)).wait())), ok
+
+
+def run(repeat: int, cache: str = "cold", floor: bool = False) -> list[dict]:
     be = get_backend("opencl")
     x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
     xd = be.to_device(x)
     scratch = np.ones(EVICT_BYTES // 4, np.float32)
+    stream, stream_ok = _floor(be, xd) if floor else (None, True)
     rows = []
     for name, op, attrs, ref in CASES:
         f = gpucg.compile(op, gpucg.tensor(SHAPE, "float32"), target="opencl", **attrs)
@@ -70,6 +106,8 @@ def run(repeat: int, cache: str = "cold") -> list[dict]:
               else np.allclose(got, want, rtol=1e-4, atol=1e-6 * SHAPE[0]))
         calls = {"device": lambda: (f(xd), be.synchronize()),
                  "host": lambda: be.to_host(f(x)), "numpy": lambda: ref(x)}
+        if stream is not None and attrs["axis"] == -1 and op != "softmax":
+            calls["floor"] = stream
         for fn in calls.values():  # warm-up: compiled, cached, pages touched
             fn()
         times = {k: [] for k in calls}
@@ -82,9 +120,11 @@ def run(repeat: int, cache: str = "cold") -> list[dict]:
                 times[k].append(_timed(fn))
         case = f"{op} {SHAPE} {name.split(' ', 1)[1]}"
         for k, t in times.items():
-            label = "numpy" if k == "numpy" else f"gpucg opencl {k} [{f.last_impl}]"
+            label = {"numpy": "numpy", "floor": "opencl floor: stream the rows (pyopencl)"}.get(
+                k, f"gpucg opencl {k} [{f.last_impl}]")
             rows.append({"case": case, "label": label, "seconds": float(np.median(t)),
-                         "min_seconds": min(t), "matches": bool(ok)})
+                         "min_seconds": min(t),
+                         "matches": bool(stream_ok if k == "floor" else ok)})
     return rows
 
 
@@ -94,9 +134,11 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="also print the rows as JSON")
     p.add_argument("--cache", choices=("cold", "warm", "none"), default="cold",
                    help="before each timed call: evict the cache, make the call once, or nothing")
+    p.add_argument("--floor", action="store_true",
+                   help="also time a plain kernel that only streams the rows (the device's floor)")
     p.add_argument("groups", nargs="*", help="ignored (before_after.py passes a family name)")
     args = p.parse_args(argv)
-    rows = run(args.repeat, args.cache)
+    rows = run(args.repeat, args.cache, args.floor)
     for r in rows:
         print(f"{r['case']:<34} {r['label']:<44} median {r['seconds'] * 1e3:8.3f} ms  "
               f"min {r['min_seconds'] * 1e3:8.3f} ms{'' if r['matches'] else '  DIFFERS'}")
