@@ -10,11 +10,11 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import threading
-from typing import NamedTuple
 
 import numpy as np
 
 from . import codegen, counters as stats, dispatch as _dispatch, half as _half
+from .dispatch import Plan, bad_dim, bad_input, make_plan
 from .records import store as _records
 from .errors import DTypeError, InputError, SignatureError, StrategyError, describe
 from .interop import ingest_all, native_kind, wrap
@@ -23,34 +23,12 @@ from .op import get_op
 from .runtime import backend_status, get_backend
 from .shape import TensorType
 from .strategy import Selection, force, select, size_checks
-from .run_context import RunContext
+from .run_context import CallsAgain, RunContext, replay_key
 from .target import require_usable, resolve
 
 INDEX_MODES = ("auto", "int32", "int64")
 #: replays kept by one compiled operator (one per shape signature called), then begun anew
 REPLAYS = 64
-
-
-def _bad_dim(name, axis, actual, expected):
-    raise SignatureError(f"{name}.shape[{axis}] is {actual}, but the compiled signature needs {expected}")
-
-
-def _bad_input(message):
-    raise InputError(message)
-
-
-class Plan(NamedTuple):
-    """What the dispatcher decided for one call's arrays: the choice to run, the output
-    shapes, 64-bit indexing, and whether NumPy inputs go to the device (and results back)."""
-
-    index: int
-    out_shapes: tuple
-    wide: bool
-    host: bool
-
-
-def _plan(index, inputs, out_shapes, wide, host) -> Plan:  # the dispatcher's last step
-    return Plan(index, out_shapes, wide, host)
 
 
 class CompiledOp:
@@ -121,8 +99,8 @@ class CompiledOp:
                                                     derivation)
         code = builtins.compile(self.dispatcher_source, f"<gpucg dispatcher {op_name}>", "exec")
         # the dispatcher checks a call's arrays and decides; it returns the Plan that run takes
-        ns = {"_bad_dim": _bad_dim, "_bad_input": _bad_input, "_inputs": self._check_inputs,
-              "_plan": _plan, "_align": lambda x: self.backend.alignment(x)}
+        ns = {"_bad_dim": bad_dim, "_bad_input": bad_input, "_inputs": self._check_inputs,
+              "_plan": make_plan, "_align": lambda x: self.backend.alignment(x)}
         exec(code, ns)
         self._plan = ns["dispatch"]
         self._programs: dict = {}
@@ -130,8 +108,7 @@ class CompiledOp:
         self.launch_params: dict = {}
         #: (index, wide, output shapes, input shapes and dtypes) -> its run's launches
         self._replays: dict = {}
-        #: the arguments' replay keys (Backend.replay_key) -> (plan, its Replay, impl name)
-        self._calls: dict = {}
+        self._calls = CallsAgain()
         self._specs: dict = {}
         self._out_dtypes = tuple(_half.numpy_dtype(t.dtype) for t in self.output_types)
         self._in_dtypes = tuple(_half.numpy_dtype(t.dtype) for t in self.input_types)
@@ -295,10 +272,12 @@ class CompiledOp:
         key = replay = None
         if impl.kernels and self.backend.replays and not impl.strided and \
                 self.launch_check is None:
-            key = (index, wide, out_shapes, tuple((x.shape, x.dtype) for x in inputs))
+            key = replay_key(index, wide, out_shapes, inputs)
             replay = self._replays.get(key)
         if replay is not None:
-            outputs = self._replay(replay, inputs)
+            made = replay.arrays(self.backend, inputs)
+            replay.launch(made, self.backend)
+            outputs = made["out"]
             stats.bump("replays")
         elif impl.kernels:
             ctx = RunContext(self, index, inputs, out_shapes, wide, record=key is not None)
@@ -324,14 +303,6 @@ class CompiledOp:
         stats.bump("runs")
         return self._deliver(outputs, host)
 
-    def _replay(self, replay, inputs) -> tuple:
-        try:
-            return replay(self.backend, inputs)
-        except BaseException:
-            # kernels already queued may read inputs borrowed in place: let them finish first
-            self.backend.synchronize()
-            raise
-
     def _deliver(self, outputs, host: bool):
         """A run's outputs as the caller gets them: host copies for host inputs, else the
         backend's public arrays; one output alone."""
@@ -355,59 +326,31 @@ class CompiledOp:
             raise SignatureError(f"{self.op.name} was compiled for {len(self.input_types)} input(s) "
                                  f"({', '.join(self.op.input_names[:len(self.input_types)])}), "
                                  f"got {len(arrays)}")
-        if self._calls and self.launch_check is None:
-            hit = self._calls.get(self._call_key(arrays))
+        if self.launch_check is None:
+            hit = self._calls.find(self.backend, arrays)
             if hit is not None:
                 return self._call_again(hit, arrays)
         require_usable(self.target)
         native, _, framework = ingest_all(arrays, self.op.input_names, self.op.name)
         plan = self._plan(*native)
         out = self.run(plan, *native)
-        if self.backend.replays and framework is None:
-            self._remember(plan, arrays, native)
+        if self.backend.replays and framework is None and self.launch_check is None:
+            self._calls.remember(self.backend, arrays, native, plan, self._replays,
+                                 self.selection.choices[plan.index].impl.name, REPLAYS)
         return wrap(framework, out)
 
-    # -- calls made again: a call whose arguments are of the types, shapes and dtypes of one
-    # that ran a replayed implementation (see _execute) makes its launches again directly,
-    # without the ingest, dispatcher checks and preparation the first one passed (on PoCL
-    # they cost a call of 2 ms ~0.2 ms host time when its code is out of the caches)
-
-    def _call_key(self, arrays):
-        key = self.backend.replay_key
-        try:
-            return tuple([key(x) for x in arrays])
-        except TypeError:  # an argument the backend does not describe: none remembered
-            return None
-
-    def _remember(self, plan, arrays, native) -> None:
-        if self.launch_check is not None or any(a is not x for a, x in zip(arrays, native)):
-            return
-        if not all(isinstance(x, np.ndarray) or self.backend.contiguous(x) is x for x in native):
-            return  # a view the preparation copies
-        replay = self._replays.get((plan.index, plan.wide, plan.out_shapes,
-                                    tuple((x.shape, x.dtype) for x in native)))
-        key = self._call_key(arrays)
-        if replay is None or key is None:
-            return
-        if len(self._calls) >= REPLAYS:
-            self._calls.clear()
-        self._calls[key] = (plan, replay, self.selection.choices[plan.index].impl.name)
-
     def _call_again(self, hit, arrays):
+        """A call made again (gpucg.run_context.CallsAgain): straight to its replay."""
         plan, replay, name = hit
         backend = self.backend
         inputs = tuple([backend.borrow(x) if type(x) is np.ndarray else x for x in arrays])
         made = replay.arrays(backend, inputs)
-        # device results are exported and the call counted before the launches: on PoCL a
-        # kernel can wait for the CPU this thread keeps busy (benchmarks/pocl_reductions.py)
+        # device results exported first: on PoCL a kernel's worker can wait for the CPU this
+        # thread keeps busy after the enqueue (a 300 us spin delayed the start as much, 3 in 5)
         result = None if plan.host else self._deliver(made["out"], False)
         self.last_impl = name
+        replay.launch(made, self.backend)
         stats.bump_each(("replays", "runs"))
-        try:
-            replay.launch(made)
-        except BaseException:
-            backend.synchronize()  # kernels already queued may read borrowed inputs
-            raise
         return self._deliver(made["out"], True) if plan.host else result
 
     def bind(self, *native_arrays):

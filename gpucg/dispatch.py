@@ -4,12 +4,38 @@ from __future__ import annotations
 
 import ast
 import keyword
+from typing import NamedTuple
 
 import sympy
 
-from .errors import InputError
+from .errors import InputError, SignatureError
 from .shape import INT_MAX, alignment_index, pyexpr
 from .strategy import Selection
+
+
+# -- what the generated dispatcher calls (CompiledOp's namespace names them _bad_dim, _bad_input,
+# _plan) ------------------------------------------------------------------------------------
+
+def bad_dim(name, axis, actual, expected):
+    raise SignatureError(f"{name}.shape[{axis}] is {actual}, but the compiled signature needs {expected}")
+
+
+def bad_input(message):
+    raise InputError(message)
+
+
+class Plan(NamedTuple):
+    """What the dispatcher decided for one call's arrays: the choice to run, the output
+    shapes, 64-bit indexing, and whether NumPy inputs go to the device (and results back)."""
+
+    index: int
+    out_shapes: tuple
+    wide: bool
+    host: bool
+
+
+def make_plan(index, inputs, out_shapes, wide, host) -> Plan:  # the dispatcher's last step
+    return Plan(index, out_shapes, wide, host)
 
 
 def _param_names(input_names, symbols) -> list[str]:
