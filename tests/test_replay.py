@@ -133,9 +133,9 @@ def test_replays_are_kept_for_a_bounded_number_of_shapes(opencl, monkeypatch):
 
 def test_a_call_made_again_checks_what_it_must(opencl):
     """A call whose arguments have the types, shapes and dtypes of one that replayed goes
-    straight to the replay (CompiledOp._call_again); anything else takes the whole path: another
-    dtype is still refused, a pyopencl view is still copied before the kernels read it, and a
-    tuner's launch_check still sees every launch."""
+    straight to the replay (gpucg.run_context.CallsAgain); anything else takes the whole path:
+    another dtype is still refused, a pyopencl view is still copied before the kernels read it,
+    and a tuner's launch_check still sees every launch."""
     import pyopencl.array as cla
 
     f = gpucg.compile("argmax", gpucg.tensor((gpucg.var("n"), 300), "float32"), axis=-1,
@@ -168,6 +168,7 @@ def test_a_call_made_again_checks_what_it_must(opencl):
 
 
 def test_a_call_made_again_after_the_memo_is_full(opencl, monkeypatch):
+    """Room for two kinds of call: a third begins the memo anew, and every call is right."""
     from gpucg import compiled
 
     monkeypatch.setattr(compiled, "REPLAYS", 2)
