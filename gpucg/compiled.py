@@ -343,6 +343,7 @@ class CompiledOp:
         """A call made again (gpucg.run_context.CallsAgain): straight to its replay."""
         plan, replay, name = hit
         backend = self.backend
+        # prepare() for arguments the key proved whole: only NumPy arrays move (borrowed)
         inputs = tuple([backend.borrow(x) if type(x) is np.ndarray else x for x in arrays])
         made = replay.arrays(backend, inputs)
         # device results exported first: on PoCL a kernel's worker can wait for the CPU this

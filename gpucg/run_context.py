@@ -172,12 +172,9 @@ class Replay:
     allows it (Backend.replays: arrays whose shape and dtype are all the launch code may read
     of them)."""
 
-    __slots__ = ("outputs", "scratch", "launches", "runs", "_new")
+    __slots__ = ("runs", "_new")
 
     def __init__(self, outputs, scratch, launches):
-        self.outputs = outputs
-        self.scratch = scratch
-        self.launches = launches
         #: each launch bound to its program (Program.bind): only the arrays are set per call
         self.runs = tuple(program.bind(refs, grid, block, shared)
                           for program, refs, grid, block, shared in launches)

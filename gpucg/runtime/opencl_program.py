@@ -28,32 +28,18 @@ class OpenCLProgram(Program):
 
     def launch(self, args, grid: tuple, block: int, shared: int = 0) -> None:
         self.backend.check_block(block)
-        cl = self.backend.cl
         if shared:  # the dynamic local buffer: the kernel's last parameter
-            check_dynamic_local(self.entry, shared, self.static_local(),
-                                int(self.backend.device.local_mem_size), "CL_DEVICE_LOCAL_MEM_SIZE")
-            args = (*args, cl.LocalMemory(shared))
-        if self.align > HOST_PTR_ALIGN:
-            for a in args:
-                if type(a) is DeviceArray and a.host is not None:
-                    self.backend.align_borrowed(a, self.align)
-        # a pyopencl array passes its buffer's start: an offset reaches only kernels that take
-        # it as an argument (CompiledOp.prepare makes the inputs of the others contiguous)
-        cla = self.backend.cla
-        raw = [a.data if isinstance(a, DeviceArray) else a.base_data if isinstance(a, cla.Array)
-               else a for a in args]
+            args = (*args, self._local(shared))
+        raw = [self._buffer_of(a) for a in args]
         types = tuple(map(type, raw))
         try:
             with self.lock:  # pyopencl sets the shared kernel's arguments, then enqueues
                 if types != self._types:
                     self.kernel.set_scalar_arg_dtypes(scalar_dtypes(types))
                     self._types = types
-                gs, ls = (((grid[0] * block,), (block,)) if grid[1] == grid[2] == 1 else
-                          ((grid[0] * block, grid[1], grid[2]), (block, 1, 1)))
-                self.kernel(self.backend.queue, gs, ls, *raw)
-        except cl.Error as exc:
-            raise LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
-                              f"failed: {exc}") from None
+                self.kernel(self.backend.queue, *_sizes(grid, block), *raw)
+        except self.backend.cl.Error as exc:
+            raise self._failed(exc, grid, block) from None
 
     def bind(self, refs, grid, block: int, shared: int = 0):
         """A launch made again with new arrays (Program.bind) on a kernel object of its own,
@@ -65,40 +51,49 @@ class OpenCLProgram(Program):
         if any(k is None and not isinstance(v, np.generic) for k, v in refs):
             return super().bind(refs, grid, block, shared)  # a scalar of no declared width
         self.backend.check_block(block)
-        cl, cla = self.backend.cl, self.backend.cla
+        cl = self.backend.cl
         kernel = cl.Kernel(self.kernel.program, self.entry)
         for i, (k, v) in enumerate(refs):
             if k is None:
                 kernel.set_arg(i, v)
         if shared:
-            check_dynamic_local(self.entry, shared, self.static_local(),
-                                int(self.backend.device.local_mem_size), "CL_DEVICE_LOCAL_MEM_SIZE")
-            kernel.set_arg(len(refs), cl.LocalMemory(shared))
+            kernel.set_arg(len(refs), self._local(shared))
         arrays_at = tuple((i, k, v) for i, (k, v) in enumerate(refs) if k is not None)
-        gs, ls = (((dims[0] * block,), (block,)) if dims[1] == dims[2] == 1 else
-                  ((dims[0] * block, dims[1], dims[2]), (block, 1, 1)))
-        queue, enqueue, lock = self.backend.queue, cl.enqueue_nd_range_kernel, threading.Lock()
-        align = self.align if self.align > HOST_PTR_ALIGN else 0
-        backend, entry = self.backend, self.entry
+        queue, enqueue, lock, sizes = (self.backend.queue, cl.enqueue_nd_range_kernel,
+                                       threading.Lock(), _sizes(dims, block))
+        buffer_of = self._buffer_of
 
         def run(arrays):
             try:
                 with lock:
                     for i, k, v in arrays_at:
-                        a = arrays[k][v]
-                        if type(a) is DeviceArray:
-                            if align and a.host is not None:
-                                backend.align_borrowed(a, align)
-                            a = a.data
-                        elif isinstance(a, cla.Array):
-                            a = a.base_data
-                        kernel.set_arg(i, a)
-                    enqueue(queue, kernel, gs, ls)
+                        kernel.set_arg(i, buffer_of(arrays[k][v]))
+                    enqueue(queue, kernel, *sizes)
             except cl.Error as exc:
-                raise LaunchError(f"OpenCL launch of {entry} (grid {dims} x block {block}) "
-                                  f"failed: {exc}") from None
+                raise self._failed(exc, dims, block) from None
             stats.bump("launches")
         return run
+
+    def _local(self, shared: int):
+        """The dynamic local buffer of ``shared`` bytes, checked against the device."""
+        check_dynamic_local(self.entry, shared, self.static_local(),
+                            int(self.backend.device.local_mem_size), "CL_DEVICE_LOCAL_MEM_SIZE")
+        return self.backend.cl.LocalMemory(shared)
+
+    def _buffer_of(self, a):
+        """What the kernel is given for an argument: a gpucg array's buffer (a borrowed one
+        copied first where the kernel's vectors need more alignment), a pyopencl array's
+        buffer start (an offset reaches only kernels that take it as an argument:
+        CompiledOp.prepare makes the inputs of the others contiguous), else the value."""
+        if type(a) is DeviceArray:
+            if self.align > HOST_PTR_ALIGN and a.host is not None:
+                self.backend.align_borrowed(a, self.align)
+            return a.data
+        return a.base_data if isinstance(a, self.backend.cla.Array) else a
+
+    def _failed(self, exc, grid, block) -> LaunchError:
+        return LaunchError(f"OpenCL launch of {self.entry} (grid {grid} x block {block}) "
+                           f"failed: {exc}")
 
     def static_local(self) -> int:
         """The kernel's static local memory in bytes (asked once, before any launch sets a
@@ -107,3 +102,10 @@ class OpenCLProgram(Program):
             self._static_local = int(self.kernel.get_work_group_info(
                 self.backend.cl.kernel_work_group_info.LOCAL_MEM_SIZE, self.backend.device))
         return self._static_local
+
+
+def _sizes(grid: tuple, block: int) -> tuple:
+    """(global, local) work sizes of (x, y, z) work-groups of ``block`` work-items."""
+    if grid[1] == grid[2] == 1:
+        return (grid[0] * block,), (block,)
+    return (grid[0] * block, grid[1], grid[2]), (block, 1, 1)
