@@ -27,6 +27,7 @@ from .opencl_align import HOST_PTR_ALIGN, vector_align
 from .opencl_array import DeviceArray
 from .opencl_gather import GATHER_WG, UNITS, gather_source
 from .opencl_program import OpenCLProgram
+from .opencl_threads import pin_pocl_workers
 
 log = logging.getLogger("gpucg.runtime")
 
@@ -64,6 +65,7 @@ class OpenCLBackend(Backend):
                 self._reason = f"pyopencl is not installed ({exc}); pip install 'gpucg[opencl]'"
                 return
             self.cl, self.cla = cl, cla
+            pin_pocl_workers()  # before PoCL starts its workers, at the first query
             try:
                 platforms = cl.get_platforms()
             except cl.Error as exc:
