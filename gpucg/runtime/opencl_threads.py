@@ -1,12 +1,14 @@
 """PoCL's worker threads, each kept on a core of its own.
 
 PoCL's CPU device runs a kernel's work-groups on worker threads, one a CPU. Left to the
-operating system's scheduler, they streamed a large array far below the pinned speed on the
-2-core CI machine: argmax over (256, 32000) float32 took 2.2-2.4 ms with free workers and
-1.5-1.6 ms with pinned ones, the same kernel and call, and a plain kernel that only streams the
-rows 1.9-2.0 ms against 1.2-1.3 ms (benchmarks/results/*pocl3.1-reductions*). PoCL pins worker i
-to CPU i when POCL_AFFINITY=1, read when it starts its workers (the process's first platform
-query); gpucg asks for that before its own first query.
+operating system's scheduler, workers that sat idle while the calling thread worked (NumPy,
+other Python) are moved between CPUs and wait for one at the next launch: on the 2-core CI
+machine, argmax over (256, 32000) float32 after a 64 MiB NumPy read took 2.5-2.7 ms a call with
+free workers (0.4-0.5 migrations a worker a call) and 1.8-2.0 ms pinned, the workers' own CPU
+time the same (1.3-1.5 ms); in benchmarks/pocl_reductions.py 2.2-2.4 ms against 1.5-1.6 ms
+(benchmarks/results/*pocl3.1-reductions*). PoCL pins worker i to CPU i when POCL_AFFINITY=1,
+read when it starts its workers (the process's first platform query); gpucg asks for that
+before its own first query.
 
 It asks only where pinning is safe: POCL_AFFINITY not set by the user (their value stands, 0
 turns pinning off), the process allowed on every CPU 0..n-1 of the n online CPUs (a process
