@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 import gpucg
+from gpucg.benchmarks.common import banner
 from gpucg.runtime import get_backend
 
 SHAPE = (256, 32000)
@@ -139,6 +140,7 @@ def main(argv=None) -> int:
     p.add_argument("groups", nargs="*", help="ignored (before_after.py passes a family name)")
     args = p.parse_args(argv)
     rows = run(args.repeat, args.cache, args.floor)
+    print(banner("pocl_reductions"))
     for r in rows:
         print(f"{r['case']:<34} {r['label']:<44} median {r['seconds'] * 1e3:8.3f} ms  "
               f"min {r['min_seconds'] * 1e3:8.3f} ms{'' if r['matches'] else '  DIFFERS'}")

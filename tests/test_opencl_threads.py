@@ -97,3 +97,20 @@ def test_a_fresh_process_runs_pinned_workers():
     free = _threads(POCL_AFFINITY="0")
     assert free["ok"] and free["affinity"] == "0"
     assert not [m for m in free["masks"] if m.isdigit()], free["masks"]
+
+
+@pytest.mark.parametrize("value, says", [("1", "pinned (POCL_AFFINITY=1)"),
+                                         ("0", "free (POCL_AFFINITY=0)"),
+                                         (None, "free (POCL_AFFINITY=unset)")])
+def test_benchmarks_say_how_the_workers_ran(monkeypatch, value, says):
+    """Timings on PoCL depend on it: every benchmark's first line names it."""
+    from gpucg.benchmarks.common import banner, pocl_workers
+
+    if value is None:
+        monkeypatch.delenv("POCL_AFFINITY", raising=False)
+    else:
+        monkeypatch.setenv("POCL_AFFINITY", value)
+    assert pocl_workers() == says
+    backend, _ = opencl_arrays()
+    if "PoCL" in backend.status()[1]:
+        assert banner("reduce").endswith(f"; PoCL workers {says}")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
+
+from ..runtime.opencl_threads import AFFINITY
 
 
 def median_time(fn, sync=lambda: None, repeat=10, warmup=2) -> float:
@@ -168,8 +171,19 @@ def banner(op: str) -> str:
 
     import gpucg
 
-    return (f"gpucg bench {op} on {platform.node()}; targets: "
-            + ", ".join(f"{t.name}={t.device}" for t in gpucg.targets() if t.usable))
+    usable = [t for t in gpucg.targets() if t.usable]
+    line = f"gpucg bench {op} on {platform.node()}; targets: " + ", ".join(
+        f"{t.name}={t.device}" for t in usable)
+    if any(t.name == "opencl" and "PoCL" in t.device for t in usable):
+        # timings on PoCL depend on it (gpucg.runtime.opencl_threads)
+        line += f"; PoCL workers {pocl_workers()}"
+    return line
+
+
+def pocl_workers() -> str:
+    """Whether PoCL's worker threads run pinned a CPU each, as POCL_AFFINITY says."""
+    value = os.environ.get(AFFINITY)
+    return f"{'pinned' if value == '1' else 'free'} ({AFFINITY}={value or 'unset'})"
 
 
 def print_traffic(ops, enabled: bool = True) -> list[dict]:
