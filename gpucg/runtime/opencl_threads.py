@@ -15,7 +15,8 @@ turns pinning off), the process allowed on every CPU 0..n-1 of the n online CPUs
 held to some CPUs, by taskset or a container's cpuset, is left alone: PoCL would pin a worker to
 a CPU the process may not use, and newer PoCLs abort on that), and no more workers asked for
 (POCL_MAX_PTHREAD_COUNT) than there are CPUs. Where PoCL was already started in the process (the
-user queried OpenCL before gpucg did), the variable changes nothing.
+user queried OpenCL before gpucg did), the variable changes nothing. It stays set: child
+processes inherit it (one started under taskset on a newer PoCL needs POCL_AFFINITY=0).
 """
 
 from __future__ import annotations
