@@ -276,7 +276,7 @@ class CompiledOp:
             replay = self._replays.get(key)
         if replay is not None:
             made = replay.arrays(self.backend, inputs)
-            replay.launch(made, self.backend)
+            replay.launch(self.backend, made)
             outputs = made["out"]
             stats.bump("replays")
         elif impl.kernels:
@@ -350,7 +350,7 @@ class CompiledOp:
         # thread keeps busy after the enqueue (a 300 us spin delayed the start as much, 3 in 5)
         result = None if plan.host else self._deliver(made["out"], False)
         self.last_impl = name
-        replay.launch(made, self.backend)
+        replay.launch(backend, made)
         stats.bump_each(("replays", "runs"))
         return self._deliver(made["out"], True) if plan.host else result
 

@@ -190,7 +190,7 @@ class Replay:
         return {"in": inputs, "out": tuple([new(*o) for o in outs]),
                 "tmp": [new(*t) for t in tmps]}
 
-    def launch(self, arrays, backend) -> None:
+    def launch(self, backend, arrays) -> None:
         """The launches on these arrays (on PoCL a kernel may wait while the calling thread
         keeps its CPU busy: callers do their own work first)."""
         try:
@@ -204,7 +204,7 @@ class Replay:
 
 class CallsAgain:
     """Calls made again: a compiled operator's call whose arguments have the kinds, shapes and
-    dtypes (Backend.replay_key) of an earlier call that ran a Replay goes straight to it,
+    dtypes (Backend.call_key) of an earlier call that ran a Replay goes straight to it,
     without the ingest, dispatcher checks and preparation that call passed, which decided the
     same for such arguments (on PoCL they cost a 2 ms call ~0.2 ms of host time with the
     interpreter's code out of the caches, as it is after a call that streamed its input)."""
@@ -217,7 +217,7 @@ class CallsAgain:
 
     @staticmethod
     def key(backend, arrays):
-        key = backend.replay_key
+        key = backend.call_key
         try:
             return tuple([key(x) for x in arrays])
         except TypeError:  # an argument the backend does not describe: none remembered

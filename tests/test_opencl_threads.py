@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpucg.runtime.opencl_threads import pin_pocl_workers
+from gpucg.runtime.opencl_threads import pin_pocl_workers, pocl_workers
 
 from conftest import opencl_arrays
 
@@ -104,7 +104,7 @@ def test_a_fresh_process_runs_pinned_workers():
                                          (None, "free (POCL_AFFINITY=unset)")])
 def test_benchmarks_say_how_the_workers_ran(monkeypatch, value, says):
     """Timings on PoCL depend on it: every benchmark's first line names it."""
-    from gpucg.benchmarks.common import banner, pocl_workers
+    from gpucg.benchmarks.common import banner
 
     if value is None:
         monkeypatch.delenv("POCL_AFFINITY", raising=False)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
-from ..runtime.opencl_threads import AFFINITY
+from ..runtime.opencl_threads import pocl_workers
 
 
 def median_time(fn, sync=lambda: None, repeat=10, warmup=2) -> float:
@@ -178,12 +177,6 @@ def banner(op: str) -> str:
         # timings on PoCL depend on it (gpucg.runtime.opencl_threads)
         line += f"; PoCL workers {pocl_workers()}"
     return line
-
-
-def pocl_workers() -> str:
-    """Whether PoCL's worker threads run pinned a CPU each, as POCL_AFFINITY says."""
-    value = os.environ.get(AFFINITY)
-    return f"{'pinned' if value == '1' else 'free'} ({AFFINITY}={value or 'unset'})"
 
 
 def print_traffic(ops, enabled: bool = True) -> list[dict]:

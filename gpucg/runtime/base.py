@@ -171,8 +171,8 @@ class Backend(ABC):
         size (a replayed call's outputs and scratch: see gpucg.run_context.Replay)."""
         return self.empty(shape, dtype)
 
-    def replay_key(self, array):
-        """What a call made again (CompiledOp) may know of an argument without checking it
+    def call_key(self, array):
+        """What a call made again (gpucg.run_context.CallsAgain) may know of an argument without checking it
         again: hashable, equal only for arguments the dispatcher and the preparation treat
         alike; TypeError for an argument of another kind (only backends with ``replays``)."""
         raise TypeError(f"{self.name} makes no call again")

@@ -285,7 +285,7 @@ class OpenCLBackend(Backend):
         except TypeError:  # a pyopencl without the fast constructor
             return self.cla.Array(self.queue, array.shape, array.dtype, data=array.data)
 
-    def replay_key(self, array):
+    def call_key(self, array):
         """(type, shape, dtype) of a NumPy array or a gpucg one; of a whole pyopencl array
         also its context (another context is refused: the first call with it decides);
         TypeError for the rest, pyopencl views included (a call copies them first)."""

@@ -43,3 +43,10 @@ def pin_pocl_workers(environ=None) -> bool:
         return False
     environ[AFFINITY] = "1"
     return True
+
+
+def pocl_workers() -> str:
+    """Whether PoCL's worker threads run pinned a CPU each, as POCL_AFFINITY says (for the
+    first line of a benchmark's output: timings on PoCL depend on it)."""
+    value = os.environ.get(AFFINITY)
+    return f"{'pinned' if value == '1' else 'free'} ({AFFINITY}={value or 'unset'})"
